@@ -1,0 +1,40 @@
+"""Scenario registry: each scenario measures vidql and its baselines in one run."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+
+@dataclass
+class BenchContext:
+    """What a scenario gets: where to write, how big to run, seeds, and where real data lies."""
+
+    out_dir: Path
+    quick: bool = True
+    seed: int = 0
+    shared_dir: Path | None = None  # ../shared when present
+    cache_dir: Path = Path(".vidql-cache")
+
+
+@dataclass
+class ScenarioResult:
+    """Figures for the JSON report, Markdown table rows, and paths of plots written."""
+
+    figures: dict
+    table: list[dict] = field(default_factory=list)  # rows with identical keys
+    plots: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+SCENARIOS: dict[str, tuple[str, Callable[[BenchContext], ScenarioResult]]] = {}
+
+
+def scenario(name: str, description: str):
+    """Register a scenario function `fn(ctx) -> ScenarioResult` under `name`."""
+
+    def register(fn):
+        SCENARIOS[name] = (description, fn)
+        return fn
+
+    return register

@@ -1,0 +1,1 @@
+"""Synthetic video with ground truth, label importers and named benchmark datasets."""

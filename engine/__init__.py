@@ -1,0 +1,1 @@
+"""Catalog, SQL dialect, planner, oracles and the durable label cache."""

@@ -1,0 +1,179 @@
+"""Frame functions (`objects('car')`, `contains('bus')`, `objects(*)`) and frame statistics.
+
+A frame statistic is SQL text over frame functions. It is defined once and evaluated
+wherever detections exist: on the oracle's labels (true values) and on the labels of an
+index's representatives (proxy scores). Calls are found with DuckDB's own tokenizer and
+replaced by columns of a per-frame table computed from detections.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import duckdb
+import numpy as np
+import pandas as pd
+
+from .errors import QueryError
+
+FRAME_FUNCTIONS = ("objects", "contains")
+DETECTION_COLUMNS = ["frame", "label", "score", "x1", "y1", "x2", "y2"]
+
+
+@dataclass(frozen=True)
+class FrameFunction:
+    """One call: `kind` is 'objects' (a count) or 'contains' (a truth value)."""
+
+    kind: str
+    label: str | None  # None: any class (objects(*))
+    min_score: float = 0.0
+
+    @property
+    def canonical(self) -> str:
+        arg = "*" if self.label is None else "'" + self.label.replace("'", "''") + "'"
+        if self.min_score:
+            arg += f", {self.min_score:g}"
+        return f"{self.kind}({arg})"
+
+    @property
+    def column(self) -> str:
+        """Quoted identifier of this call's column in the per-frame table."""
+        return '"' + self.canonical.replace('"', '""') + '"'
+
+    def aggregate_sql(self) -> str:
+        """DuckDB aggregate over a frame's detection rows giving this call's value."""
+        conds = ["label IS NOT NULL"]
+        if self.label is not None:
+            conds.append("label = '" + self.label.replace("'", "''") + "'")
+        if self.min_score:
+            conds.append(f"score >= {self.min_score!r}")
+        count = f"count(*) FILTER (WHERE {' AND '.join(conds)})"
+        return count if self.kind == "objects" else f"({count} >= 1)"
+
+
+@dataclass(frozen=True)
+class FrameExpr:
+    """SQL text with its frame-function calls found; `sql` has them replaced by columns."""
+
+    text: str
+    sql: str
+    functions: tuple[FrameFunction, ...]
+
+    @property
+    def is_frame_statistic(self) -> bool:
+        return bool(self.functions)
+
+
+def _string_value(token_text: str) -> str:
+    return token_text[1:-1].replace("''", "'")
+
+
+def parse_frame_expr(text: str, offset: int = 0, full_query: str | None = None) -> FrameExpr:
+    """Find frame-function calls in `text`; errors carry positions in `full_query`."""
+    query = full_query if full_query is not None else text
+    try:
+        tokens = duckdb.tokenize(text)
+    except Exception as exc:  # the tokenizer rejects e.g. unterminated strings
+        raise QueryError(f"cannot tokenize query: {exc}", query, offset) from None
+    bounds = [pos for pos, _ in tokens] + [len(text)]
+    spans = [(pos, text[pos:bounds[i + 1]].rstrip(), kind) for i, (pos, kind) in enumerate(tokens)]
+    functions: list[FrameFunction] = []
+    pieces: list[str] = []
+    last = 0
+    i = 0
+    while i < len(spans):
+        pos, tok, kind = spans[i]
+        is_call = (kind == duckdb.token_type.identifier and tok.lower() in FRAME_FUNCTIONS
+                   and i + 1 < len(spans) and spans[i + 1][1] == "(")
+        if not is_call:
+            i += 1
+            continue
+        fn, end_index = _parse_call(spans, i, query, offset)
+        end = spans[end_index][0] + 1
+        pieces.append(text[last:pos])
+        pieces.append(fn.column)
+        last = end
+        if fn not in functions:
+            functions.append(fn)
+        i = end_index + 1
+    pieces.append(text[last:])
+    return FrameExpr(text=text, sql="".join(pieces), functions=tuple(functions))
+
+
+def _parse_call(spans, i, query, offset) -> tuple[FrameFunction, int]:
+    """Parse `name ( args )` starting at spans[i]; return the call and the index of ')'."""
+    name = spans[i][1].lower()
+    args = []
+    j = i + 2
+    while j < len(spans) and spans[j][1] != ")":
+        if spans[j][1] != ",":
+            args.append(spans[j])
+        j += 1
+    where = offset + spans[i][0]
+    usage = ("objects('class'[, min_score]) or objects(*)" if name == "objects"
+             else "contains('class'[, min_score])")
+    if j >= len(spans):
+        raise QueryError(f"{name}( is not closed", query, where, hint=f"write {usage}")
+    if not args:
+        raise QueryError(f"{name}() needs a class name", query, where, hint=f"write {usage}")
+    first = args[0]
+    if first[1] == "*":
+        if name != "objects":
+            raise QueryError("contains(*) is not a frame function", query, where, hint=f"write {usage}")
+        label = None
+    elif first[2] == duckdb.token_type.string_const:
+        label = _string_value(first[1])
+    else:
+        raise QueryError(f"{name}() takes a quoted class name, got {first[1]}", query,
+                         offset + first[0], hint=f"write {usage}")
+    min_score = 0.0
+    if len(args) == 2:
+        if args[1][2] != duckdb.token_type.numeric_const:
+            raise QueryError(f"{name}() min_score must be a number, got {args[1][1]}", query,
+                             offset + args[1][0], hint=f"write {usage}")
+        min_score = float(args[1][1])
+        if not 0.0 <= min_score <= 1.0:
+            raise QueryError(f"min_score {min_score:g} is outside [0, 1]", query, offset + args[1][0])
+    elif len(args) > 2:
+        raise QueryError(f"{name}() takes at most two arguments", query, where, hint=f"write {usage}")
+    return FrameFunction(name, label, min_score), j
+
+
+def frame_table_sql(functions, detections: str, frames: str) -> str:
+    """SQL for one row per frame of `frames` (a relation with column `frame`) with a column
+    per frame function, computed from `detections` (rows with `frame, label, score, ...`;
+    a frame labelled with zero detections has no row, or a row with NULL label)."""
+    cols = ", ".join(f"{fn.aggregate_sql()} AS {fn.column}" for fn in functions)
+    select_cols = "".join(
+        f", coalesce(s.{fn.column}, {'0' if fn.kind == 'objects' else 'false'}) AS {fn.column}"
+        for fn in functions)
+    if not functions:
+        return f"SELECT f.* FROM {frames} f"
+    return (f"SELECT f.*{select_cols} FROM {frames} f LEFT JOIN "
+            f"(SELECT frame, {cols} FROM {detections} GROUP BY frame) s USING (frame)")
+
+
+def evaluate(expr: FrameExpr | str, detections: pd.DataFrame, frames) -> np.ndarray:
+    """Value of a frame statistic (float64; predicates give 0/1) for each of `frames`.
+
+    `detections` holds the labels of those frames (DETECTION_COLUMNS); frames without rows
+    count as labelled with no detections."""
+    if isinstance(expr, str):
+        expr = parse_frame_expr(expr)
+    frames = np.asarray(frames, dtype=np.int64)
+    con = duckdb.connect()
+    try:
+        con.register("__det", detections[DETECTION_COLUMNS] if len(detections) else
+                     pd.DataFrame({c: pd.Series(dtype="float64" if c not in ("frame", "label")
+                                                else ("int64" if c == "frame" else "str"))
+                                   for c in DETECTION_COLUMNS}))
+        con.register("__frames", pd.DataFrame({"frame": frames, "__pos": np.arange(len(frames))}))
+        table = frame_table_sql(expr.functions, "__det", "__frames")
+        sql = f"SELECT CAST(({expr.sql}) AS DOUBLE) FROM ({table}) ORDER BY __pos"
+        try:
+            values = con.execute(sql).fetchnumpy()
+        except duckdb.Error as exc:
+            raise QueryError(f"cannot evaluate frame statistic {expr.text!r}: {exc}") from None
+        out = np.asarray(next(iter(values.values())), dtype=np.float64)
+        return np.nan_to_num(out, nan=0.0)
+    finally:
+        con.close()

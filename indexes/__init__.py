@@ -1,0 +1,1 @@
+"""Frame embedders and the TASTI index: representatives, FAISS k-NN, score propagation."""

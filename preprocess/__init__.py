@@ -1,0 +1,1 @@
+"""Decoding, frame access, low-res renditions and the pipelined preprocessing runtime."""

@@ -1,0 +1,1 @@
+"""Statistical operators over proxy scores and oracle true values."""
