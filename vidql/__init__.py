@@ -1,6 +1,7 @@
 """vidql: proxy-accelerated visual analytics queries over video, with guarantees."""
 from vidql.engine.errors import (CatalogError, OracleError, ParameterError, QueryError,
                                  VideoError, VidqlError)
+from vidql.database import Database, connect
 
-__all__ = ["VidqlError", "VideoError", "QueryError", "CatalogError", "OracleError",
-           "ParameterError"]
+__all__ = ["connect", "Database", "VidqlError", "VideoError", "QueryError", "CatalogError",
+           "OracleError", "ParameterError"]

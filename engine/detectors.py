@@ -1,0 +1,191 @@
+"""Built-in pixel oracles: ONNX YOLO detectors (onnxruntime) and torchvision detectors."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pandas as pd
+import torch
+import torchvision
+
+from .errors import OracleError
+from .oracle import COCO_CLASSES, Oracle, detections_frame, file_digest
+
+YOLO_INPUT_PAD = 114
+
+
+def _class_wise_nms(boxes: np.ndarray, scores: np.ndarray, classes: np.ndarray,
+                    iou: float) -> np.ndarray:
+    """Indices kept by per-class non-maximum suppression (torchvision's batched NMS)."""
+    if len(boxes) == 0:
+        return np.zeros(0, dtype=np.int64)
+    keep = torchvision.ops.batched_nms(torch.from_numpy(boxes).float(),
+                                       torch.from_numpy(scores).float(),
+                                       torch.from_numpy(classes).long(), iou)
+    return keep.numpy()
+
+
+def _yolox_grids(size: int, strides=(8, 16, 32)) -> tuple[np.ndarray, np.ndarray]:
+    grids, expanded = [], []
+    for s in strides:
+        n = size // s
+        xv, yv = np.meshgrid(np.arange(n), np.arange(n))
+        grids.append(np.stack((xv, yv), 2).reshape(-1, 2))
+        expanded.append(np.full((n * n, 1), s))
+    return np.concatenate(grids).astype(np.float32), np.concatenate(expanded).astype(np.float32)
+
+
+class OnnxDetector(Oracle):
+    """A YOLOX or YOLOv8 detector exported to ONNX, with class-wise NMS.
+
+    YOLOX: BGR, image at the top-left of a letterbox padded with 114, no normalisation,
+    raw grid outputs (N×A×(5+C)). YOLOv8: RGB /255, centred letterbox, outputs N×(4+C)×A
+    with decoded centre boxes and no objectness. `layout='auto'` tells them apart by shape.
+    """
+
+    def __init__(self, name: str, path: str | Path, *, score: float = 0.3, nms: float = 0.45,
+                 layout: str = "auto", classes: list[str] | None = None, batch_size: int = 8):
+        import onnxruntime as ort
+
+        path = Path(path)
+        if not path.is_file():
+            raise OracleError(f"ONNX model '{path}' not found")
+        if layout not in ("auto", "yolox", "yolov8"):
+            raise OracleError(f"layout must be auto, yolox or yolov8, not {layout!r}")
+        providers = [p for p in ("CUDAExecutionProvider", "CPUExecutionProvider")
+                     if p in ort.get_available_providers()]
+        try:
+            self.session = ort.InferenceSession(str(path), providers=providers)
+        except Exception as exc:
+            raise OracleError(f"cannot load ONNX model '{path}': {exc}") from None
+        inp = self.session.get_inputs()[0]
+        if len(inp.shape) != 4 or not all(isinstance(d, int) for d in inp.shape[2:]):
+            raise OracleError(f"ONNX model '{path}' must take N×3×H×W images with fixed H, W; "
+                              f"its input is {inp.shape}")
+        self.input_name = inp.name
+        self.input_hw = (inp.shape[2], inp.shape[3])
+        self.fixed_batch = inp.shape[0] if isinstance(inp.shape[0], int) else None
+        self.name, self.score, self.nms, self.layout = name, score, nms, layout
+        self.classes = classes or list(COCO_CLASSES)
+        self.batch_size = batch_size
+        self.identity = f"onnx:{name}:{file_digest(path)}:score={score}:nms={nms}"
+        self._grids = _yolox_grids(self.input_hw[0]) if self.input_hw[0] == self.input_hw[1] else None
+
+    def _letterbox(self, frame: np.ndarray, yolox: bool) -> tuple[np.ndarray, float, tuple]:
+        h, w = frame.shape[:2]
+        th, tw = self.input_hw
+        r = min(th / h, tw / w)
+        nh, nw = int(h * r), int(w * r)
+        image = frame[:, :, ::-1] if yolox else frame  # the frame is RGB
+        resized = cv2.resize(np.ascontiguousarray(image), (nw, nh), interpolation=cv2.INTER_LINEAR)
+        canvas = np.full((th, tw, 3), YOLO_INPUT_PAD, dtype=np.uint8)
+        top, left = (0, 0) if yolox else ((th - nh) // 2, (tw - nw) // 2)
+        canvas[top:top + nh, left:left + nw] = resized
+        blob = canvas.transpose(2, 0, 1).astype(np.float32)
+        return (blob if yolox else blob / 255.0), r, (left, top)
+
+    def _decode(self, out: np.ndarray, layout: str) -> tuple[np.ndarray, np.ndarray]:
+        """Centre boxes (A×4, input pixels) and class scores (A×C) of one image."""
+        if layout == "yolox":
+            if self._grids is None or len(self._grids[0]) != out.shape[0]:
+                raise OracleError(f"oracle {self.name!r}: YOLOX output of {out.shape[0]} anchors "
+                                  f"does not match a {self.input_hw} grid")
+            grids, strides = self._grids
+            xy = (out[:, :2] + grids) * strides
+            wh = np.exp(out[:, 2:4]) * strides
+            return np.concatenate([xy, wh], 1), out[:, 4:5] * out[:, 5:]
+        out = out.T  # yolov8: (4+C)×A
+        return out[:, :4], out[:, 4:]
+
+    def _layout(self, out_shape: tuple) -> str:
+        if self.layout != "auto":
+            return self.layout
+        a, b = out_shape[-2:]
+        if b == len(self.classes) + 5 and a > b:
+            return "yolox"
+        if a == len(self.classes) + 4 and b > a:
+            return "yolov8"
+        raise OracleError(f"oracle {self.name!r}: cannot tell the ONNX output layout from shape "
+                          f"{out_shape}; set layout = 'yolox' or 'yolov8'")
+
+    def _run(self, blobs: np.ndarray) -> np.ndarray:
+        if self.fixed_batch == 1:
+            return np.concatenate([self.session.run(None, {self.input_name: b[None]})[0]
+                                   for b in blobs])
+        return self.session.run(None, {self.input_name: blobs})[0]
+
+    def detect(self, frames: np.ndarray, frame_ids: np.ndarray) -> pd.DataFrame:
+        layout = self.layout if self.layout != "auto" else None
+        yolox = layout != "yolov8"  # auto: guess yolox for preprocessing, verify on output
+        prepared = [self._letterbox(f, yolox) for f in frames]
+        outputs = self._run(np.stack([p[0] for p in prepared]))
+        layout = self._layout(outputs.shape)
+        if (layout == "yolox") != yolox:
+            prepared = [self._letterbox(f, layout == "yolox") for f in frames]
+            outputs = self._run(np.stack([p[0] for p in prepared]))
+        rows = []
+        for frame_id, frame, (_, r, (left, top)), out in zip(frame_ids, frames, prepared, outputs):
+            centres, scores = self._decode(out.astype(np.float32), layout)
+            anchor, cls = np.nonzero(scores >= self.score)
+            if len(anchor) == 0:
+                continue
+            c = centres[anchor]
+            boxes = np.stack([c[:, 0] - c[:, 2] / 2, c[:, 1] - c[:, 3] / 2,
+                              c[:, 0] + c[:, 2] / 2, c[:, 1] + c[:, 3] / 2], 1)
+            conf = scores[anchor, cls]
+            keep = _class_wise_nms(boxes, conf, cls, self.nms)
+            h, w = frame.shape[:2]
+            boxes = (boxes[keep] - [left, top, left, top]) / r
+            boxes = np.clip(boxes, 0, [w, h, w, h])
+            rows.extend((int(frame_id), self.classes[k], float(s), *map(float, b))
+                        for k, s, b in zip(cls[keep], conf[keep], boxes))
+        return detections_frame(rows)
+
+
+class TorchvisionDetector(Oracle):
+    """A torchvision detection model with weights from a local file or the torch hub cache.
+
+    Weights are never downloaded and never random: a missing file is an OracleError."""
+
+    def __init__(self, name: str, model: str, *, weights: str | None = None, score: float = 0.5,
+                 batch_size: int = 4, device: str | None = None):
+        from torchvision.models import detection
+
+        builder = getattr(detection, model, None)
+        if builder is None or not callable(builder):
+            raise OracleError(f"unknown torchvision detection model {model!r}")
+        try:
+            enum = torchvision.models.get_model_weights(model).DEFAULT
+        except Exception as exc:
+            raise OracleError(f"torchvision has no weights catalogue for {model!r}: {exc}") from None
+        path = Path(weights) if weights else (
+            Path(torch.hub.get_dir()) / "checkpoints" / Path(enum.url).name)
+        if not path.is_file():
+            raise OracleError(
+                f"weights for {model!r} not found at '{path}': put the checkpoint there or pass "
+                f"WITH (weights = 'file.pth'); vidql never downloads weights or uses random ones")
+        self.categories = [c.replace(" ", "_") for c in enum.meta["categories"]]
+        net = builder(weights=None, weights_backbone=None, num_classes=len(self.categories))
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+            net.load_state_dict(state)
+        except Exception as exc:
+            raise OracleError(f"cannot load weights '{path}' into {model!r}: {exc}") from None
+        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.net = net.eval().to(self.device)
+        self.name, self.score, self.batch_size = name, score, batch_size
+        self.identity = f"torchvision:{model}:{file_digest(path)}:score={score}"
+
+    @torch.inference_mode()
+    def detect(self, frames: np.ndarray, frame_ids: np.ndarray) -> pd.DataFrame:
+        batch = torch.from_numpy(np.ascontiguousarray(frames)).to(self.device)
+        images = list(batch.permute(0, 3, 1, 2).float().div_(255))
+        rows = []
+        for frame_id, out in zip(frame_ids, self.net(images)):
+            keep = out["scores"] >= self.score
+            for box, label, s in zip(out["boxes"][keep].cpu().numpy(),
+                                     out["labels"][keep].cpu().numpy(),
+                                     out["scores"][keep].cpu().numpy()):
+                rows.append((int(frame_id), self.categories[int(label)], float(s), *map(float, box)))
+        return detections_frame(rows)

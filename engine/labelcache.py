@@ -1,0 +1,173 @@
+"""The durable label cache: the only door to an oracle.
+
+Labels are keyed by (video, oracle identity, frame). Each batch of oracle output is
+committed to DuckDB before it is used, frames with zero detections are recorded, and no
+frame is sent to the oracle twice. A killed process loses at most the batch in flight.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+from tqdm import tqdm
+
+from .errors import OracleError, VidqlError
+from .framestat import DETECTION_COLUMNS, FrameExpr, evaluate, parse_frame_expr
+from .oracle import Oracle, check_detections
+
+SCHEMA_SQL = """
+CREATE SCHEMA IF NOT EXISTS vidql;
+CREATE TABLE IF NOT EXISTS vidql.labels (
+    video VARCHAR, oracle VARCHAR, frame BIGINT, label VARCHAR, score DOUBLE,
+    x1 DOUBLE, y1 DOUBLE, x2 DOUBLE, y2 DOUBLE);
+CREATE TABLE IF NOT EXISTS vidql.labelled (
+    video VARCHAR, oracle VARCHAR, frame BIGINT, detections INTEGER,
+    PRIMARY KEY (video, oracle, frame));
+"""
+
+
+@dataclass
+class LabelStats:
+    """What a query cost: frames sent to the oracle, frames answered from the cache."""
+
+    oracle_calls: int = 0
+    cache_hits: int = 0
+    oracle_seconds: float = 0.0
+    decode_seconds: float = 0.0
+    batches: list = field(default_factory=list)
+
+    def snapshot(self) -> "LabelStats":
+        return LabelStats(self.oracle_calls, self.cache_hits, self.oracle_seconds,
+                          self.decode_seconds)
+
+    def since(self, earlier: "LabelStats") -> "LabelStats":
+        return LabelStats(self.oracle_calls - earlier.oracle_calls,
+                          self.cache_hits - earlier.cache_hits,
+                          self.oracle_seconds - earlier.oracle_seconds,
+                          self.decode_seconds - earlier.decode_seconds)
+
+
+class LabelCache:
+    """Labels of one video by one oracle, read from and written to the catalog database.
+
+    `read_frames(frame_ids) -> uint8 N×H×W×3` supplies pixels for oracles that need them."""
+
+    def __init__(self, con, video: str, n_frames: int, oracle: Oracle,
+                 read_frames: Callable[[np.ndarray], np.ndarray] | None, *,
+                 progress: bool = True):
+        self.con = con
+        self.video = video
+        self.n_frames = n_frames
+        self.oracle = oracle
+        self.read_frames = read_frames
+        self.progress = progress
+        self.stats = LabelStats()
+        done = con.execute("SELECT frame FROM vidql.labelled WHERE video = ? AND oracle = ?",
+                           [video, oracle.identity]).fetchnumpy()["frame"]
+        self._labelled = np.zeros(n_frames, dtype=bool)
+        self._labelled[np.asarray(done, dtype=np.int64)] = True
+
+    @property
+    def labelled_frames(self) -> np.ndarray:
+        return np.flatnonzero(self._labelled)
+
+    def _check_range(self, frames: np.ndarray) -> np.ndarray:
+        frames = np.asarray(frames, dtype=np.int64).ravel()
+        if len(frames) and (frames.min() < 0 or frames.max() >= self.n_frames):
+            bad = frames[(frames < 0) | (frames >= self.n_frames)][0]
+            raise VidqlError(f"frame {bad} is outside video {self.video!r} "
+                             f"(frames 0..{self.n_frames - 1})")
+        return frames
+
+    def ensure(self, frames, desc: str | None = None) -> None:
+        """Label every frame of `frames` not yet cached, batch by batch, each batch committed
+        before the next starts. An oracle failure keeps finished batches and is re-raised."""
+        frames = self._check_range(frames)
+        unique = np.unique(frames)
+        todo = unique[~self._labelled[unique]]
+        self.stats.cache_hits += len(unique) - len(todo)
+        if len(todo) == 0:
+            return
+        batch = max(1, int(self.oracle.batch_size))
+        bar = tqdm(total=len(todo), desc=desc or f"labelling {self.video} with {self.oracle.name}",
+                   unit="frame", disable=not self.progress or len(todo) < 2 * batch, leave=False)
+        try:
+            for start in range(0, len(todo), batch):
+                self._label_batch(todo[start:start + batch])
+                bar.update(min(batch, len(todo) - start))
+        finally:
+            bar.close()
+
+    def _label_batch(self, ids: np.ndarray) -> None:
+        t0 = time.perf_counter()
+        pixels = None
+        if self.oracle.needs_pixels:
+            if self.read_frames is None:
+                raise VidqlError(f"oracle {self.oracle.name!r} needs pixels but video "
+                                 f"{self.video!r} has no frame reader")
+            pixels = self.read_frames(ids)
+        t1 = time.perf_counter()
+        try:
+            det = check_detections(self.oracle.detect(pixels, ids), ids, self.oracle)
+        except VidqlError:
+            raise
+        except Exception as exc:
+            raise OracleError(f"oracle {self.oracle.name!r} failed on frames {ids[0]}..{ids[-1]} "
+                              f"of video {self.video!r}: {type(exc).__name__}: {exc}; "
+                              f"{int(self._labelled.sum())} labelled frames stay cached") from exc
+        t2 = time.perf_counter()
+        counts = det.groupby("frame").size().reindex(ids, fill_value=0).to_numpy()
+        done = pd.DataFrame({"frame": ids, "detections": counts.astype(np.int32)})
+        self.con.execute("BEGIN TRANSACTION")
+        try:
+            if len(det):
+                self.con.register("__vidql_det", det)
+                self.con.execute(
+                    "INSERT INTO vidql.labels SELECT ?, ?, frame, label, score, x1, y1, x2, y2 "
+                    "FROM __vidql_det", [self.video, self.oracle.identity])
+            self.con.register("__vidql_done", done)
+            self.con.execute("INSERT OR IGNORE INTO vidql.labelled SELECT ?, ?, frame, detections "
+                             "FROM __vidql_done", [self.video, self.oracle.identity])
+            self.con.execute("COMMIT")
+        except BaseException:
+            self.con.execute("ROLLBACK")
+            raise
+        finally:
+            self.con.unregister("__vidql_det")
+            self.con.unregister("__vidql_done")
+        self._labelled[ids] = True
+        self.stats.oracle_calls += len(ids)
+        self.stats.decode_seconds += t1 - t0
+        cost = self.oracle.simulated_cost_ms
+        self.stats.oracle_seconds += (t2 - t1) if cost is None else cost * len(ids) / 1000
+
+    def detections(self, frames=None) -> pd.DataFrame:
+        """Cached detections (DETECTION_COLUMNS) of `frames` (all labelled frames if None),
+        labelling the missing ones first."""
+        if frames is None:
+            sql = ("SELECT frame, label, score, x1, y1, x2, y2 FROM vidql.labels "
+                   "WHERE video = ? AND oracle = ? ORDER BY frame")
+            return self.con.execute(sql, [self.video, self.oracle.identity]).df()
+        frames = self._check_range(frames)
+        self.ensure(frames)
+        self.con.register("__vidql_want", pd.DataFrame({"frame": np.unique(frames)}))
+        try:
+            return self.con.execute(
+                f"SELECT {', '.join('l.' + c for c in DETECTION_COLUMNS)} FROM vidql.labels l "
+                "JOIN __vidql_want w USING (frame) WHERE l.video = ? AND l.oracle = ? "
+                "ORDER BY l.frame", [self.video, self.oracle.identity]).df()
+        finally:
+            self.con.unregister("__vidql_want")
+
+    def true_values(self, expr: FrameExpr | str) -> Callable[[np.ndarray], np.ndarray]:
+        """A callback for operators: frame numbers -> true values of a frame statistic."""
+        expr = parse_frame_expr(expr) if isinstance(expr, str) else expr
+
+        def values(frames: np.ndarray) -> np.ndarray:
+            frames = np.asarray(frames, dtype=np.int64)
+            return evaluate(expr, self.detections(frames), frames)
+
+        return values

@@ -1,0 +1,89 @@
+"""The oracle interface: a batch of frames in, detections out, with a stable identity.
+
+Detections are always a DataFrame with DETECTION_COLUMNS (`frame, label, score, x1, y1,
+x2, y2`), one row per detection, boxes in original pixels. A frame with no detection has
+no row. The label cache (engine.labelcache) is the only caller.
+"""
+from __future__ import annotations
+
+import hashlib
+from abc import ABC, abstractmethod
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from .errors import OracleError
+from .framestat import DETECTION_COLUMNS
+
+COCO_CLASSES = (
+    "person bicycle car motorcycle airplane bus train truck boat traffic_light fire_hydrant "
+    "stop_sign parking_meter bench bird cat dog horse sheep cow elephant bear zebra giraffe "
+    "backpack umbrella handbag tie suitcase frisbee skis snowboard sports_ball kite "
+    "baseball_bat baseball_glove skateboard surfboard tennis_racket bottle wine_glass cup fork "
+    "knife spoon bowl banana apple sandwich orange broccoli carrot hot_dog pizza donut cake "
+    "chair couch potted_plant bed dining_table toilet tv laptop mouse remote keyboard "
+    "cell_phone microwave oven toaster sink refrigerator book clock vase scissors teddy_bear "
+    "hair_drier toothbrush").split()
+
+
+def file_digest(path: str | Path, length: int = 16) -> str:
+    """Hex SHA-256 prefix of a file's bytes: the 'weights hash' part of an identity."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()[:length]
+
+
+def empty_detections() -> pd.DataFrame:
+    return pd.DataFrame({
+        "frame": pd.Series(dtype="int64"), "label": pd.Series(dtype="str"),
+        **{c: pd.Series(dtype="float64") for c in DETECTION_COLUMNS[2:]}})
+
+
+def detections_frame(rows: list[tuple]) -> pd.DataFrame:
+    """DataFrame from (frame, label, score, x1, y1, x2, y2) tuples, with the standard dtypes."""
+    if not rows:
+        return empty_detections()
+    df = pd.DataFrame(rows, columns=DETECTION_COLUMNS)
+    df["frame"] = df["frame"].astype("int64")
+    df["label"] = df["label"].astype("str")
+    for c in DETECTION_COLUMNS[2:]:
+        df[c] = df[c].astype("float64")
+    return df
+
+
+class Oracle(ABC):
+    """An expensive target model. Subclasses set `name`, `identity` and implement detect."""
+
+    name: str
+    identity: str  # name + weights hash: cached labels are valid while this is unchanged
+    needs_pixels: bool = True  # False: answers from frame numbers alone (LABELS oracle)
+    batch_size: int = 8
+    simulated_cost_ms: float | None = None  # a stated cost per frame instead of measured time
+
+    @abstractmethod
+    def detect(self, frames: np.ndarray | None, frame_ids: np.ndarray) -> pd.DataFrame:
+        """Detections for a batch: frames (N×H×W×3 uint8 RGB, or None when needs_pixels is
+        False) with their frame numbers; returns DETECTION_COLUMNS rows, `frame` = frame_ids."""
+
+    def describe(self) -> str:
+        return f"{type(self).__name__} {self.identity}"
+
+
+def check_detections(df: pd.DataFrame, frame_ids: np.ndarray, oracle: Oracle) -> pd.DataFrame:
+    """Validate an oracle's output before it is cached, so a buggy oracle cannot poison it."""
+    missing = [c for c in DETECTION_COLUMNS if c not in df.columns]
+    if missing:
+        raise OracleError(f"oracle {oracle.name!r} returned detections without columns {missing}")
+    df = df[DETECTION_COLUMNS].copy()
+    stray = ~df["frame"].isin(frame_ids)
+    if stray.any():
+        raise OracleError(f"oracle {oracle.name!r} returned detections for frames it was not "
+                          f"asked about: {sorted(set(df['frame'][stray]))[:5]}")
+    if df[DETECTION_COLUMNS[2:]].isna().any().any() or df["label"].isna().any():
+        raise OracleError(f"oracle {oracle.name!r} returned detections with missing values")
+    df["frame"] = df["frame"].astype("int64")
+    df["label"] = df["label"].astype("str")
+    return df

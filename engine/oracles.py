@@ -1,0 +1,97 @@
+"""Oracle kinds of `CREATE ORACLE name FROM <kind> 'source' WITH (...)` and their factory."""
+from __future__ import annotations
+
+import hashlib
+import importlib
+import inspect
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from .errors import OracleError
+from .oracle import Oracle, detections_frame, file_digest
+
+ORACLE_KINDS = ("ONNX", "TORCHVISION", "LABELS", "PYTHON")
+
+
+class LabelsOracle(Oracle):
+    """Answers from a table of detections (CSV or Parquet), e.g. ground truth or labels a
+    detector made earlier. `cost_ms` states a simulated cost per frame for reports and
+    EXPLAIN; nothing sleeps."""
+
+    needs_pixels = False
+
+    def __init__(self, name: str, path: str | Path, *, cost_ms: float | None = None,
+                 batch_size: int = 256):
+        from vidql.datasets import read_labels
+
+        if cost_ms is not None and cost_ms < 0:
+            raise OracleError(f"cost_ms must be >= 0, got {cost_ms}")
+        self.table = read_labels(path)
+        self._by_frame = self.table.groupby("frame").indices
+        self.name, self.batch_size, self.simulated_cost_ms = name, batch_size, cost_ms
+        self.identity = f"labels:{name}:{file_digest(path)}"
+
+    def detect(self, frames, frame_ids: np.ndarray) -> pd.DataFrame:
+        rows = [self._by_frame[f] for f in frame_ids.tolist() if f in self._by_frame]
+        if not rows:
+            return detections_frame([])
+        return self.table.iloc[np.concatenate(rows)].reset_index(drop=True)
+
+
+class PythonOracle(Oracle):
+    """Wraps `module:callable`. The callable (or a class instantiated with the WITH options)
+    maps a uint8 RGB batch N×H×W×3 to one list per frame of (label, score, x1, y1, x2, y2)."""
+
+    def __init__(self, name: str, target: str, **options):
+        module_name, _, attr = target.partition(":")
+        if not module_name or not attr:
+            raise OracleError(f"PYTHON oracle source must be 'module:callable', got {target!r}")
+        try:
+            module = importlib.import_module(module_name)
+        except Exception as exc:
+            raise OracleError(f"cannot import module {module_name!r} for oracle {name!r}: {exc}") from None
+        obj = getattr(module, attr, None)
+        if obj is None:
+            raise OracleError(f"module {module_name!r} has no attribute {attr!r}")
+        batch_size = int(options.pop("batch_size", 8))
+        if inspect.isclass(obj):
+            obj = obj(**options)
+        elif options:
+            raise OracleError(f"oracle {name!r}: options {sorted(options)} need a class, "
+                              f"but {target!r} is a function")
+        self.fn = getattr(obj, "detect", obj)
+        if not callable(self.fn):
+            raise OracleError(f"{target!r} is not callable and has no detect method")
+        source = inspect.getsourcefile(module)
+        digest = file_digest(source) if source else hashlib.sha256(target.encode()).hexdigest()[:16]
+        version = getattr(obj, "version", "")
+        self.name, self.batch_size = name, batch_size
+        self.identity = f"python:{target}:{digest}:{version}:{sorted(options.items())}"
+
+    def detect(self, frames: np.ndarray, frame_ids: np.ndarray) -> pd.DataFrame:
+        per_frame = self.fn(frames)
+        if len(per_frame) != len(frame_ids):
+            raise OracleError(f"oracle {self.name!r} returned {len(per_frame)} results for "
+                              f"{len(frame_ids)} frames")
+        return detections_frame([(int(f), str(d[0]), *map(float, d[1:6]))
+                                 for f, dets in zip(frame_ids, per_frame) for d in dets])
+
+
+def make_oracle(name: str, kind: str, source: str, options: dict | None = None) -> Oracle:
+    """Build an oracle from its catalog entry (kind is one of ORACLE_KINDS)."""
+    from .detectors import OnnxDetector, TorchvisionDetector
+
+    options = dict(options or {})
+    kind = kind.upper()
+    builders = {"ONNX": OnnxDetector, "TORCHVISION": TorchvisionDetector,
+                "LABELS": LabelsOracle, "PYTHON": PythonOracle}
+    if kind not in builders:
+        raise OracleError(f"unknown oracle kind {kind!r}; use one of {', '.join(ORACLE_KINDS)}")
+    try:
+        return builders[kind](name, source, **options)
+    except TypeError as exc:
+        allowed = [p for p in inspect.signature(builders[kind]).parameters if p not in ("name",)]
+        raise OracleError(f"bad options for {kind} oracle {name!r}: {exc}; "
+                          f"allowed: {', '.join(allowed[1:])}") from None

@@ -1,0 +1,117 @@
+"""Frame embedders over a frame source (anything with `n_frames`, `read(frames, size)` and
+`iter_batches(batch_size, size=...)`): a pixel thumbnail + PCA embedding, a pretrained
+torchvision ResNet-18 (local weights only) and any torch network over low-res frames."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+import cv2
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from ..engine.errors import VidqlError
+from .network import to_tensor, torch_device
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+
+def embed_source(source, embed_batch: Callable[[np.ndarray], np.ndarray], dim: int, *,
+                 size: tuple[int, int], batch_size: int = 256, dtype=np.float32,
+                 desc: str = "embedding", progress: bool = True) -> np.ndarray:
+    """Run `embed_batch` (uint8 B×H×W×3 -> B×dim) over every frame of `source` in order;
+    returns an n_frames×dim array of `dtype`."""
+    out = np.empty((source.n_frames, dim), dtype=dtype)
+    with tqdm(total=source.n_frames, desc=desc, unit="frame", disable=not progress) as bar:
+        for indices, batch in source.iter_batches(batch_size, size=size):
+            out[indices] = embed_batch(batch)
+            bar.update(len(indices))
+    return out
+
+
+def thumbnail_size(size: tuple[int, int], long_side: int) -> tuple[int, int]:
+    """(w, h) of a thumbnail of a `size` frame with at most `long_side` pixels on its long side."""
+    w, h = size
+    scale = min(1.0, long_side / max(w, h))
+    return max(1, round(w * scale)), max(1, round(h * scale))
+
+
+def pixel_embeddings(source, *, size: tuple[int, int], dim: int = 64, long_side: int = 24,
+                     seed: int = 0, fit_frames: int = 5000, progress: bool = True) -> np.ndarray:
+    """Cheap embedding without a model: colour thumbnails (area-averaged, ≤ `long_side` px),
+    projected on their top `dim` principal components (fitted on a seeded sample).
+
+    Thumbnails are kept as uint8 during the pass (w·h·3 bytes per frame)."""
+    tw, th = thumbnail_size(size, long_side)
+
+    def thumbs(batch: np.ndarray) -> np.ndarray:
+        return np.stack([cv2.resize(f, (tw, th), interpolation=cv2.INTER_AREA) for f in batch]
+                        ).reshape(len(batch), -1)
+
+    raw = embed_source(source, thumbs, tw * th * 3, size=size, dtype=np.uint8,
+                       desc="pixel embedding", progress=progress)
+    rng = np.random.default_rng(seed)
+    sample = raw[np.sort(rng.choice(len(raw), size=min(fit_frames, len(raw)), replace=False))]
+    sample = sample.astype(np.float32)
+    mean = sample.mean(axis=0)
+    _, _, vt = np.linalg.svd(sample - mean, full_matrices=False)
+    components = vt[:min(dim, len(vt))].T.astype(np.float32)
+    out = np.empty((len(raw), components.shape[1]), dtype=np.float32)
+    for start in range(0, len(raw), 65536):
+        out[start:start + 65536] = (raw[start:start + 65536].astype(np.float32) - mean) @ components
+    return out
+
+
+def network_embedder(model: torch.nn.Module, *, mean=(0.5, 0.5, 0.5), std=(0.25, 0.25, 0.25),
+                     device: str | None = None) -> Callable[[np.ndarray], np.ndarray]:
+    """A batch function (uint8 frames -> float32 outputs) running `model` in eval mode."""
+    device = device or torch_device()
+    model = model.to(device).eval()
+
+    def embed_batch(batch: np.ndarray) -> np.ndarray:
+        with torch.inference_mode():
+            return model(to_tensor(batch, device, mean, std)).float().cpu().numpy()
+
+    return embed_batch
+
+
+def find_pretrained_weights(weights: str | Path | None = None) -> Path:
+    """Path of local ResNet-18 weights: `weights` if given, else torchvision's file in the
+    torch hub cache. Never downloads; raises VidqlError when there is none."""
+    if weights is not None:
+        path = Path(weights).expanduser()
+        if not path.is_file():
+            raise VidqlError(f"pretrained weights file '{path}' does not exist")
+        return path
+    checkpoints = Path(torch.hub.get_dir()) / "checkpoints"
+    found = sorted(checkpoints.glob("resnet18-*.pth")) if checkpoints.is_dir() else []
+    if not found:
+        raise VidqlError(
+            f"no pretrained ResNet-18 weights in {checkpoints} (vidql never downloads them); "
+            "pass weights='path/to/resnet18.pth' or use embedder='triplet' or 'pixel'")
+    return found[0]
+
+
+def pretrained_backbone(weights: str | Path | None = None) -> torch.nn.Module:
+    """ResNet-18 without its classifier (512-d pooled features), from local weights."""
+    import torchvision
+
+    path = find_pretrained_weights(weights)
+    model = torchvision.models.resnet18(weights=None)
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        model.load_state_dict(state)
+    except Exception as exc:
+        raise VidqlError(f"cannot load ResNet-18 weights from '{path}': {exc}") from None
+    model.fc = torch.nn.Identity()
+    return model
+
+
+def pretrained_embeddings(source, *, size: tuple[int, int], weights=None, batch_size: int = 128,
+                          progress: bool = True) -> np.ndarray:
+    """512-d ImageNet ResNet-18 features of every frame (local weights, see find_pretrained_weights)."""
+    embed = network_embedder(pretrained_backbone(weights), mean=IMAGENET_MEAN, std=IMAGENET_STD)
+    return embed_source(source, embed, 512, size=size, batch_size=batch_size,
+                        desc="pretrained embedding", progress=progress)

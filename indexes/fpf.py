@@ -1,0 +1,64 @@
+"""Farthest-point-first (FPF) selection and the random + FPF choice of representatives."""
+from __future__ import annotations
+
+import numpy as np
+
+from .neighbours import nearest
+
+
+def farthest_point_first(x: np.ndarray, n: int, *, initial=None, seed: int = 0) -> np.ndarray:
+    """Indices of `n` new rows of `x` picked greedily, each the farthest (Euclidean) from all
+    rows picked so far and from `initial`; ties go to the lowest index.
+
+    Without `initial`, the first pick is a seeded random row. Memory is O(N): one
+    distance-to-nearest-centre vector, updated with a matrix-vector product per step.
+    """
+    x = np.asarray(x, dtype=np.float32)
+    n_rows = len(x)
+    initial = np.asarray([] if initial is None else initial, dtype=np.int64)
+    n = min(int(n), n_rows - len(np.unique(initial)))
+    if n <= 0:
+        return np.empty(0, dtype=np.int64)
+    sq_norms = np.einsum("ij,ij->i", x, x, dtype=np.float64)
+    picks = np.empty(n, dtype=np.int64)
+    if len(initial):
+        min_dist, _ = nearest(x, x[initial], 1)
+        min_dist = min_dist[:, 0].astype(np.float64) ** 2
+        min_dist[initial] = -1.0
+        start = 0
+    else:
+        picks[0] = np.random.default_rng(seed).integers(n_rows)
+        min_dist = _sq_dist_to(x, sq_norms, picks[0])
+        min_dist[picks[0]] = -1.0
+        start = 1
+    for step in range(start, n):
+        pick = int(np.argmax(min_dist))
+        picks[step] = pick
+        np.minimum(min_dist, _sq_dist_to(x, sq_norms, pick), out=min_dist)
+        min_dist[pick] = -1.0  # never picked twice, even among duplicates
+    return picks
+
+
+def _sq_dist_to(x: np.ndarray, sq_norms: np.ndarray, i: int) -> np.ndarray:
+    d = sq_norms - 2.0 * (x @ x[i]).astype(np.float64) + sq_norms[i]
+    return np.maximum(d, 0.0)
+
+
+def choose_representatives(embeddings: np.ndarray, n_reps: int, *, already=None,
+                           seed: int = 0) -> np.ndarray:
+    """New representative frames: a quarter of `n_reps` uniformly at random, the rest by FPF
+    from everything chosen so far (`already`: frames labelled before, e.g. training frames,
+    which count towards `n_reps`). Returns only the new frames, in pick order."""
+    n_frames = len(embeddings)
+    already = np.unique(np.asarray([] if already is None else already, dtype=np.int64))
+    n_new = min(int(n_reps) - len(already), n_frames - len(already))
+    if n_new <= 0:
+        return np.empty(0, dtype=np.int64)
+    rng = np.random.default_rng(seed)
+    pool = np.setdiff1d(np.arange(n_frames, dtype=np.int64), already, assume_unique=True)
+    n_random = min(int(n_reps) // 4, n_new)
+    random_picks = np.sort(rng.choice(pool, size=n_random, replace=False))
+    chosen = np.concatenate([already, random_picks])
+    fpf_picks = farthest_point_first(embeddings, n_new - n_random,
+                                     initial=chosen if len(chosen) else None, seed=seed)
+    return np.concatenate([random_picks, fpf_picks])

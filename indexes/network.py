@@ -1,0 +1,46 @@
+"""A compact CNN for low-res frames: the triplet embedder's network and the per-query
+proxy baseline's regressor. Cheap enough to run over every frame of a video on a CPU."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+
+
+def _conv(cin: int, cout: int, stride: int) -> nn.Sequential:
+    return nn.Sequential(nn.Conv2d(cin, cout, 3, stride=stride, padding=1, bias=False),
+                         nn.BatchNorm2d(cout), nn.ReLU(inplace=True))
+
+
+class CompactCNN(nn.Module):
+    """Five 3×3 conv layers (three with stride 2), 2×2 average pooling, a linear head.
+
+    With `normalize`, outputs lie on the unit sphere (embeddings for triplet loss);
+    without, they are raw (a regressor's outputs)."""
+
+    def __init__(self, out_dim: int = 128, width: int = 32, normalize: bool = True):
+        super().__init__()
+        w = width
+        self.features = nn.Sequential(_conv(3, w // 2, 2), _conv(w // 2, w, 2), _conv(w, 2 * w, 1),
+                                      _conv(2 * w, 4 * w, 2), _conv(4 * w, 4 * w, 1))
+        self.pool = nn.AdaptiveAvgPool2d((2, 2))
+        self.head = nn.Linear(16 * w, out_dim)
+        self.normalize = normalize
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        z = self.head(torch.flatten(self.pool(self.features(x)), 1))
+        return nn.functional.normalize(z, dim=1) if self.normalize else z
+
+
+def to_tensor(frames: np.ndarray, device="cpu", mean=(0.5, 0.5, 0.5), std=(0.25, 0.25, 0.25)
+              ) -> torch.Tensor:
+    """uint8 N×H×W×3 RGB frames -> normalised float32 N×3×H×W tensor on `device`."""
+    x = torch.from_numpy(np.ascontiguousarray(frames)).to(device).permute(0, 3, 1, 2).float()
+    m = torch.tensor(mean, device=device).view(1, 3, 1, 1) * 255.0
+    s = torch.tensor(std, device=device).view(1, 3, 1, 1) * 255.0
+    return (x - m) / s
+
+
+def torch_device() -> str:
+    """'cuda' when a GPU is usable, else 'cpu'."""
+    return "cuda" if torch.cuda.is_available() else "cpu"

@@ -1,0 +1,370 @@
+"""The TASTI index: embeddings of every frame, oracle-labelled representatives, each
+frame's k nearest representatives, and proxy scores for any frame statistic.
+
+Labels come only through `label_fn(frames) -> detections` (the label cache); a frame
+is never sent twice. Every labelled frame is a representative and keeps its exact value.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+import torch
+from tqdm.auto import tqdm
+
+from ..engine.errors import ParameterError, QueryError, VidqlError
+from ..engine.framestat import DETECTION_COLUMNS, FrameExpr, evaluate, parse_frame_expr
+from .embedders import (embed_source, find_pretrained_weights, network_embedder,
+                        pixel_embeddings, pretrained_embeddings)
+from .fpf import choose_representatives, farthest_point_first
+from .neighbours import merge_nearest, nearest
+from .propagate import DEFAULT_EPS, propagate
+from .triplet import label_closeness, train_triplet_network
+
+FORMAT_VERSION = 1
+EMBEDDERS = ("triplet", "pretrained", "pixel")
+LabelFn = Callable[[np.ndarray], pd.DataFrame]
+
+
+class IndexMismatchError(VidqlError):
+    """A saved index that belongs to another video or oracle than the one expected."""
+
+
+def _empty_labels() -> pd.DataFrame:
+    return pd.DataFrame({"frame": pd.Series(dtype="int64"), "label": pd.Series(dtype="str"),
+                         **{c: pd.Series(dtype="float64") for c in DETECTION_COLUMNS[2:]}})
+
+
+def _clean_labels(df: pd.DataFrame, frames: np.ndarray) -> pd.DataFrame:
+    """`df` restricted to `frames`, with exactly DETECTION_COLUMNS and their dtypes."""
+    missing = [c for c in DETECTION_COLUMNS if c not in df.columns]
+    if missing:
+        raise VidqlError(f"labels lack column(s) {missing}; expected {DETECTION_COLUMNS}")
+    df = df.loc[df["frame"].isin(frames), DETECTION_COLUMNS].copy()
+    df["frame"] = df["frame"].astype("int64")
+    df["label"] = df["label"].astype("str")
+    for c in DETECTION_COLUMNS[2:]:
+        df[c] = df[c].astype("float64")
+    return df.reset_index(drop=True)
+
+
+class _Labeller:
+    """Asks `label_fn` for frames not labelled yet, in chunks with a progress bar."""
+
+    def __init__(self, label_fn: LabelFn, progress: bool, chunk: int = 256):
+        self.label_fn, self.progress, self.chunk = label_fn, progress, chunk
+        self.calls = 0
+        self.done = np.empty(0, dtype=np.int64)
+        self.parts: list[pd.DataFrame] = []
+
+    def __call__(self, frames: np.ndarray, desc: str) -> None:
+        todo = np.setdiff1d(np.asarray(frames, dtype=np.int64), self.done)
+        for start in tqdm(range(0, len(todo), self.chunk), desc=desc, unit="batch",
+                          disable=not self.progress or not len(todo)):
+            batch = todo[start:start + self.chunk]
+            self.parts.append(_clean_labels(self.label_fn(batch), batch))
+            self.calls += len(batch)
+        self.done = np.union1d(self.done, todo)
+
+    def labels(self) -> pd.DataFrame:
+        return pd.concat(self.parts, ignore_index=True) if self.parts else _empty_labels()
+
+
+class TastiIndex:
+    """Proxy scores for any frame statistic over one video (see `build`, `proxy`)."""
+
+    def __init__(self, *, embeddings: np.ndarray, rep_frames: np.ndarray, labels: pd.DataFrame,
+                 distances: np.ndarray, positions: np.ndarray, k: int, eps: float = DEFAULT_EPS,
+                 identity: dict | None = None, config: dict | None = None,
+                 stats: dict | None = None):
+        self.embeddings = embeddings            # float32 n_frames×d
+        self.rep_frames = np.asarray(rep_frames, dtype=np.int64)  # representative j's frame
+        self.labels = labels                    # detections of the representatives
+        self.distances = distances              # float32 n_frames×k, to nearest reps
+        self.positions = positions              # int32 n_frames×k, indices into rep_frames
+        self.k = int(k)
+        self.eps = float(eps)
+        self.identity = dict(identity or {})
+        self.config = dict(config or {})
+        self.stats = dict(stats or {})
+        self.directory: Path | None = None      # where proxies are cached on disk, when in sync
+        self._proxies: dict[str, np.ndarray] = {}
+
+    def __repr__(self) -> str:
+        return (f"TastiIndex(n_frames={self.n_frames}, reps={len(self.rep_frames)}, k={self.k}, "
+                f"dim={self.embeddings.shape[1]}, embedder={self.config.get('embedder')!r})")
+
+    @property
+    def n_frames(self) -> int:
+        return len(self.embeddings)
+
+    @property
+    def labelled_frames(self) -> np.ndarray:
+        """Sorted frames whose oracle labels the index holds (all are representatives)."""
+        return np.sort(self.rep_frames)
+
+    # ---- building ---------------------------------------------------------------------
+
+    @classmethod
+    def build(cls, source, label_fn: LabelFn, *, train: int = 1000, reps: int = 2000, k: int = 5,
+              seed: int = 0, embedder: str = "triplet", size: tuple[int, int] = (64, 36),
+              progress: bool = True, identity: dict | None = None, weights=None,
+              dim: int = 128, triplets: int = 12_000, lr: float = 1e-3, margin: float = 1.0,
+              box_tol: float = 1.0, eps: float = DEFAULT_EPS, threads: int = 2) -> "TastiIndex":
+        """Embed every frame of `source`, label `reps` representatives through `label_fn`
+        and find each frame's `k` nearest representatives.
+
+        `embedder`: 'triplet' (default) trains a compact CNN with triplet loss on `train`
+        frames chosen by farthest-point-first over a mining embedding (pretrained ResNet-18
+        when local weights exist, else the pixel embedding); the training frames count
+        towards `reps`. 'pretrained' uses ResNet-18 features (needs local `weights` or the
+        torch hub cache; never downloads). 'pixel' uses thumbnail PCA. Representatives: a
+        quarter of `reps` at random, the rest by FPF. Oracle calls = max(train, reps) for
+        'triplet', `reps` otherwise. `identity` (e.g. video fingerprint, oracle identity)
+        is stored and checked by `load(..., expect=...)`.
+        """
+        if embedder not in EMBEDDERS:
+            raise ParameterError(f"embedder must be one of {EMBEDDERS}, got {embedder!r}")
+        for name, value, low in (("train", train, 0), ("reps", reps, 1), ("k", k, 1),
+                                 ("n_frames", source.n_frames, 1)):
+            if int(value) < low:
+                raise ParameterError(f"{name} must be >= {low}, got {value}")
+        config = dict(train=int(train), reps=int(reps), k=int(k), seed=int(seed), embedder=embedder,
+                      size=list(size), dim=int(dim), triplets=int(triplets), lr=lr, margin=margin,
+                      box_tol=box_tol)
+        previous_threads = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        try:
+            return cls._build(source, label_fn, config, progress, identity, weights, eps)
+        finally:
+            torch.set_num_threads(previous_threads)
+
+    @classmethod
+    def _build(cls, source, label_fn, cfg, progress, identity, weights, eps) -> "TastiIndex":
+        seconds: dict[str, float] = {}
+        clock = [time.perf_counter()]
+
+        def lap(stage: str) -> None:
+            now = time.perf_counter()
+            seconds[stage] = round(now - clock[0], 3)
+            clock[0] = now
+
+        labeller = _Labeller(label_fn, progress)
+        size = tuple(cfg["size"])
+        stats: dict = {}
+        train_frames = np.empty(0, dtype=np.int64)
+        if cfg["embedder"] == "pretrained":
+            emb = pretrained_embeddings(source, size=size, weights=weights, progress=progress)
+            stats["embedding"] = "pretrained ResNet-18"
+            lap("embedding")
+        elif cfg["embedder"] == "pixel":
+            emb = pixel_embeddings(source, size=size, seed=cfg["seed"], progress=progress)
+            stats["embedding"] = "pixel thumbnail PCA"
+            lap("embedding")
+        else:
+            emb, train_frames, stats = cls._triplet_embeddings(
+                source, labeller, cfg, progress, weights, lap)
+        new = choose_representatives(emb, cfg["reps"], already=train_frames, seed=cfg["seed"] + 1)
+        lap("select_reps")
+        labeller(new, "labelling representatives")
+        lap("label_reps")
+        rep_frames = np.concatenate([train_frames, new])
+        with tqdm(total=len(emb), desc="nearest representatives", unit="frame",
+                  disable=not progress) as bar:
+            distances, positions = nearest(emb, emb[rep_frames], cfg["k"], progress=bar)
+        lap("knn")
+        seconds["total"] = round(sum(seconds.values()), 3)
+        stats.update(oracle_calls=labeller.calls, reps=len(rep_frames), seconds=seconds)
+        return cls(embeddings=emb, rep_frames=rep_frames,
+                   labels=_clean_labels(labeller.labels(), rep_frames), distances=distances,
+                   positions=positions, k=cfg["k"], eps=eps, identity=identity, config=cfg,
+                   stats=stats)
+
+    @staticmethod
+    def _triplet_embeddings(source, labeller, cfg, progress, weights, lap):
+        """Mining embedding -> FPF training frames -> oracle labels -> triplet CNN -> embed."""
+        size = tuple(cfg["size"])
+        try:
+            find_pretrained_weights(weights)
+            mining = pretrained_embeddings(source, size=size, weights=weights, progress=progress)
+            stats = {"mining_embedding": "pretrained ResNet-18"}
+        except VidqlError:
+            if weights is not None:
+                raise
+            mining = pixel_embeddings(source, size=size, seed=cfg["seed"], progress=progress)
+            stats = {"mining_embedding": "pixel thumbnail PCA"}
+        lap("mining_embedding")
+        train_frames = np.sort(farthest_point_first(mining, cfg["train"], seed=cfg["seed"]))
+        labeller(train_frames, "labelling training frames")
+        lap("label_train")
+        counts, close = label_closeness(labeller.labels(), train_frames, box_tol=cfg["box_tol"])
+        if len(train_frames) < 2 or close.all():
+            stats.update(embedding=stats["mining_embedding"] + " (training labels all alike: "
+                         "no triplets)", triplets=0)
+            lap("train")
+            return mining, train_frames, stats
+        images = source.read(train_frames, size=size)
+        model, fit = train_triplet_network(
+            images, close, counts, train_frames, dim=cfg["dim"], triplets=cfg["triplets"],
+            lr=cfg["lr"], margin=cfg["margin"], seed=cfg["seed"], progress=progress)
+        stats.update(fit)
+        lap("train")
+        del mining
+        emb = embed_source(source, network_embedder(model), cfg["dim"], size=size,
+                           desc="triplet embedding", progress=progress)
+        stats["embedding"] = "triplet CNN"
+        lap("embedding")
+        return emb, train_frames, stats
+
+    # ---- proxies ----------------------------------------------------------------------
+
+    @staticmethod
+    def _parse(expr: str | FrameExpr) -> FrameExpr:
+        parsed = parse_frame_expr(expr) if isinstance(expr, str) else expr
+        if not parsed.is_frame_statistic:
+            raise QueryError(f"{parsed.text!r} is not a frame statistic: it uses no frame "
+                             "function such as objects('car') or contains('bus')")
+        return parsed
+
+    def rep_values(self, expr: str | FrameExpr) -> np.ndarray:
+        """True value of the statistic for each representative (same order as rep_frames)."""
+        return evaluate(self._parse(expr), self.labels, self.rep_frames)
+
+    def proxy(self, expr: str | FrameExpr) -> np.ndarray:
+        """Proxy score of a frame statistic or predicate for every frame (float64, read-only;
+        exact at labelled frames). Cached per statistic in memory and, once the index is
+        saved, on disk."""
+        parsed = self._parse(expr)
+        key = parsed.sql.strip()
+        cached = self._proxies.get(key)
+        if cached is not None:
+            return cached
+        path = self._proxy_path(key)
+        if path is not None and path.is_file():
+            values = np.load(path)
+        else:
+            values = propagate(self.rep_values(parsed), self.positions, self.distances,
+                               exact_frames=self.rep_frames, eps=self.eps)
+            if path is not None:
+                _atomic_save(path, values)
+        values.flags.writeable = False
+        self._proxies[key] = values
+        return values
+
+    def _proxy_path(self, key: str) -> Path | None:
+        if self.directory is None:
+            return None
+        return self.directory / "proxies" / (hashlib.sha1(key.encode()).hexdigest() + ".npy")
+
+    # ---- cracking ---------------------------------------------------------------------
+
+    def add_labels(self, detections: pd.DataFrame, frames) -> int:
+        """Make oracle-labelled `frames` (detections: DETECTION_COLUMNS; frames without rows
+        have no detections) representatives. Their neighbours are merged into every frame's
+        top-k without recomputing embeddings or old neighbours; cached proxies are dropped.
+        Returns how many frames were new."""
+        frames = np.unique(np.asarray(frames, dtype=np.int64))
+        if len(frames) and (frames[0] < 0 or frames[-1] >= self.n_frames):
+            raise ParameterError(f"frames must lie in [0, {self.n_frames - 1}]")
+        new = np.setdiff1d(frames, self.rep_frames, assume_unique=True)
+        if not len(new):
+            return 0
+        labels = _clean_labels(detections, new)
+        dist_new, pos_new = nearest(self.embeddings, self.embeddings[new], self.k)
+        pos_new = (pos_new + len(self.rep_frames)).astype(np.int32)
+        self.distances, self.positions = merge_nearest(self.distances, self.positions,
+                                                       dist_new, pos_new, self.k)
+        self.rep_frames = np.concatenate([self.rep_frames, new])
+        self.labels = pd.concat([self.labels, labels], ignore_index=True)
+        self._proxies.clear()
+        if self.directory is not None:  # the saved index is now stale: drop its proxies
+            for path in (self.directory / "proxies").glob("*.npy"):
+                path.unlink()
+            self.directory = None
+        return len(new)
+
+    # ---- persistence ------------------------------------------------------------------
+
+    def save(self, directory: str | Path) -> Path:
+        """Write the index to `directory` (created if needed); proxies computed so far are
+        kept there and later ones are cached there too. Returns the directory."""
+        d = Path(directory)
+        (d / "proxies").mkdir(parents=True, exist_ok=True)
+        same_place = self.directory is not None or (
+            getattr(self.embeddings, "filename", None) is not None
+            and Path(self.embeddings.filename).resolve() == (d / "embeddings.npy").resolve())
+        if not (same_place and (d / "embeddings.npy").is_file()):
+            _atomic_save(d / "embeddings.npy", np.asarray(self.embeddings, dtype=np.float32))
+        _atomic_save(d / "rep_frames.npy", self.rep_frames)
+        _atomic_save(d / "distances.npy", self.distances)
+        _atomic_save(d / "positions.npy", self.positions)
+        tmp = d / "labels.parquet.tmp"
+        self.labels.to_parquet(tmp, index=False)
+        os.replace(tmp, d / "labels.parquet")
+        for path in (d / "proxies").glob("*.npy"):
+            path.unlink()
+        self.directory = d
+        for key, values in self._proxies.items():
+            _atomic_save(self._proxy_path(key), values)
+        meta = dict(format=FORMAT_VERSION, n_frames=self.n_frames, k=self.k, eps=self.eps,
+                    identity=self.identity, config=self.config, stats=self.stats)
+        tmp = d / "meta.json.tmp"
+        tmp.write_text(json.dumps(meta, indent=2, default=_json_default))
+        os.replace(tmp, d / "meta.json")
+        return d
+
+    @classmethod
+    def load(cls, directory: str | Path, expect: dict | None = None) -> "TastiIndex":
+        """Open a saved index (embeddings memory-mapped, nothing recomputed). With `expect`,
+        every key must match the stored identity, else IndexMismatchError: the index was
+        built for another video or oracle and must be rebuilt."""
+        d = Path(directory)
+        try:
+            meta = json.loads((d / "meta.json").read_text())
+        except (OSError, ValueError) as exc:
+            raise VidqlError(f"no readable TASTI index in '{d}': {exc}") from None
+        if meta.get("format") != FORMAT_VERSION:
+            raise IndexMismatchError(f"index in '{d}' has format {meta.get('format')}, this vidql "
+                                     f"reads format {FORMAT_VERSION}; rebuild the index")
+        identity = meta.get("identity", {})
+        for key, value in (expect or {}).items():
+            wanted = json.loads(json.dumps(value, default=_json_default))
+            if identity.get(key) != wanted:
+                raise IndexMismatchError(
+                    f"index in '{d}' was built for {key} = {identity.get(key)!r}, but "
+                    f"{wanted!r} is expected; it is stale and must be rebuilt")
+        try:
+            index = cls(embeddings=np.load(d / "embeddings.npy", mmap_mode="r"),
+                        rep_frames=np.load(d / "rep_frames.npy"),
+                        labels=pd.read_parquet(d / "labels.parquet"),
+                        distances=np.load(d / "distances.npy"),
+                        positions=np.load(d / "positions.npy"), k=meta["k"], eps=meta["eps"],
+                        identity=identity, config=meta.get("config"), stats=meta.get("stats"))
+        except (OSError, ValueError, KeyError) as exc:
+            raise VidqlError(f"TASTI index in '{d}' is incomplete or corrupt ({exc}); "
+                             "rebuild it") from None
+        if index.n_frames != meta["n_frames"] or len(index.positions) != meta["n_frames"]:
+            raise VidqlError(f"TASTI index in '{d}' is inconsistent (frame counts differ); "
+                             "rebuild it")
+        index.directory = d
+        return index
+
+
+def _atomic_save(path: Path, array: np.ndarray) -> None:
+    tmp = path.with_name(path.name + ".tmp.npy")
+    np.save(tmp, array)
+    os.replace(tmp, path)
+
+
+def _json_default(value):
+    if isinstance(value, (np.integer, np.floating)):
+        return value.item()
+    if isinstance(value, (tuple, set)):
+        return list(value)
+    raise TypeError(f"cannot store {type(value).__name__} in index metadata")

@@ -1,0 +1,132 @@
+"""Triplet training on oracle labels: which labelled frames are "close", how triplets are
+drawn, and the training loop of the compact embedding network."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import torch
+from tqdm.auto import tqdm
+
+from .network import CompactCNN, to_tensor, torch_device
+
+
+def label_closeness(labels: pd.DataFrame, frames: np.ndarray, *, box_tol: float = 1.0
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """Class counts (T×C int) and closeness (T×T bool) of labelled `frames`.
+
+    Two frames are close when they have the same count per class and, per class, the
+    Hausdorff distance between their box centres is at most `box_tol` times the median
+    box diagonal of all these labels (a scale-free tolerance)."""
+    frames = np.asarray(frames, dtype=np.int64)
+    t = len(frames)
+    row_of = pd.Series(np.arange(t), index=frames)
+    det = labels[labels["frame"].isin(frames)]
+    classes = np.sort(det["label"].unique()).astype(object)
+    rows = row_of.loc[det["frame"].to_numpy()].to_numpy()
+    cls = np.searchsorted(classes, det["label"].to_numpy()) if len(det) else np.empty(0, int)
+    counts = np.zeros((t, len(classes)), dtype=np.int64)
+    np.add.at(counts, (rows, cls), 1)
+    close = np.zeros((t, t), dtype=bool)
+    if len(det):
+        w = (det["x2"] - det["x1"]).to_numpy()
+        h = (det["y2"] - det["y1"]).to_numpy()
+        tol = box_tol * max(float(np.median(np.hypot(w, h))), 1e-9)
+        centres = np.stack([(det["x1"] + det["x2"]).to_numpy(), (det["y1"] + det["y2"]).to_numpy()],
+                           axis=1) / 2.0
+    _, group = np.unique(counts, axis=0, return_inverse=True)
+    for g in np.unique(group):
+        members = np.flatnonzero(group == g)
+        ok = np.ones((len(members), len(members)), dtype=bool)
+        for k in np.flatnonzero(counts[members[0]]):
+            sel = cls == k
+            order = np.argsort(rows[sel], kind="stable")
+            member_rows = rows[sel][order]
+            keep = np.isin(member_rows, members)
+            pts = centres[sel][order][keep].reshape(len(members), counts[members[0], k], 2)
+            ok &= _hausdorff_within(pts, tol)
+        close[np.ix_(members, members)] = ok
+    return counts, close
+
+
+def _hausdorff_within(pts: np.ndarray, tol: float, budget: int = 1 << 22) -> np.ndarray:
+    """G×G bool: symmetric Hausdorff distance between point sets pts[i], pts[j] (G×c×2) ≤ tol."""
+    g, c, _ = pts.shape
+    out = np.empty((g, g), dtype=bool)
+    step = max(1, budget // max(1, g * c * c))
+    for start in range(0, g, step):
+        a = pts[start:start + step]
+        d = np.linalg.norm(a[:, None, :, None, :] - pts[None, :, None, :, :], axis=-1)
+        h = np.maximum(d.min(axis=3).max(axis=2), d.min(axis=2).max(axis=2))
+        out[start:start + step] = h <= tol
+    return out
+
+
+def sample_triplets(close: np.ndarray, counts: np.ndarray, times: np.ndarray,
+                    rng: np.random.Generator, *, min_gap: int = 30, near_fraction: float = 0.5
+                    ) -> np.ndarray:
+    """One (anchor, positive, negative) row per anchor that has a negative, anchors in
+    random order.
+
+    Positives are close frames more than `min_gap` frames away in time when there are any,
+    else any other close frame, else the anchor itself. Negatives are frames that are not
+    close: with probability `near_fraction` one whose class counts are nearest to the
+    anchor's (L1), so the embedding separates counts that differ by one; else uniform."""
+    t = len(close)
+    count_gap = np.zeros((t, t), dtype=np.int64)
+    for column in counts.T:
+        count_gap += np.abs(column[:, None] - column[None, :])
+    time_gap = np.abs(times[:, None] - times[None, :])
+    rows = []
+    for a in rng.permutation(t):
+        negatives = np.flatnonzero(~close[a])
+        if not len(negatives):
+            continue
+        candidates = close[a].copy()
+        candidates[a] = False
+        far = candidates & (time_gap[a] > min_gap)
+        pool = np.flatnonzero(far if far.any() else candidates)
+        p = rng.choice(pool) if len(pool) else a
+        if rng.random() < near_fraction:
+            gaps = count_gap[a, negatives]
+            negatives = negatives[gaps == gaps.min()]
+        rows.append((a, p, rng.choice(negatives)))
+    return np.asarray(rows, dtype=np.int64).reshape(-1, 3)
+
+
+def train_triplet_network(images: np.ndarray, close: np.ndarray, counts: np.ndarray,
+                          times: np.ndarray, *, dim: int = 128, triplets: int = 12_000,
+                          batch_size: int = 32, lr: float = 1e-3, margin: float = 1.0,
+                          seed: int = 0, progress: bool = True) -> tuple[CompactCNN, dict]:
+    """Train a CompactCNN on `images` (uint8 T×H×W×3) with triplet loss until about
+    `triplets` triplets have been seen; returns the network and training figures."""
+    torch.manual_seed(seed)
+    rng = np.random.default_rng(seed)
+    device = torch_device()
+    model = CompactCNN(out_dim=dim).to(device)
+    optimiser = torch.optim.Adam(model.parameters(), lr=lr)
+    loss_fn = torch.nn.TripletMarginLoss(margin=margin)
+    x = to_tensor(images, device)
+    seen, losses = 0, []
+    model.train()
+    with tqdm(total=triplets, desc="triplet training", unit="triplet", disable=not progress) as bar:
+        while seen < triplets:
+            epoch = sample_triplets(close, counts, times, rng)
+            if not len(epoch):
+                break
+            for start in range(0, len(epoch), batch_size):
+                batch = torch.from_numpy(epoch[start:start + batch_size]).to(device)
+                if len(batch) < 2:  # BatchNorm needs more than one sample
+                    continue
+                z = model(x[batch.reshape(-1)]).view(len(batch), 3, -1)
+                loss = loss_fn(z[:, 0], z[:, 1], z[:, 2])
+                optimiser.zero_grad()
+                loss.backward()
+                optimiser.step()
+                losses.append(float(loss))
+                seen += len(batch)
+                bar.update(len(batch))
+                if seen >= triplets:
+                    break
+    model.eval()
+    tail = losses[-max(1, len(losses) // 10):] if losses else [float("nan")]
+    return model, {"triplets": seen, "final_loss": float(np.mean(tail))}

@@ -1,0 +1,220 @@
+"""Frame-exact access to a video: random reads by frame number and in-order batches.
+
+Random reads seek to the last keyframe at or before each wanted frame and decode forward,
+so frames that share a GOP cost one decode of that GOP; a frame is recognised after a seek
+by its timestamp (from `probe_video`), never by counting from an uncertain landing point.
+"""
+from __future__ import annotations
+
+import os
+from typing import Iterator, Sequence
+
+import av
+import numpy as np
+
+from vidql.engine.errors import VidqlError, VideoError
+from vidql.preprocess.probe import VideoInfo, _reason, probe_video
+
+Size = tuple[int, int]  # (width, height)
+
+
+class FrameReader:
+    """Open a video for reading frames as uint8 RGB arrays (N×H×W×3), by frame number.
+
+    `size=(width, height)` on a read resizes inside swscale while converting to RGB.
+    `threads=0` lets FFmpeg pick its decoder threads; use 1 when many readers run at once.
+    `options` are FFmpeg decoder options (e.g. {"skip_loop_filter": "all"}) that trade
+    exactness for speed; leave them empty for frame-exact output.
+    """
+
+    def __init__(self, path: str | os.PathLike, info: VideoInfo | None = None, *,
+                 threads: int = 0, interpolation: str = "AREA",
+                 options: dict[str, str] | None = None, keyframes_only: bool = False):
+        self.info = info if info is not None else probe_video(path)
+        self.path = str(path)
+        self.threads = threads
+        self.interpolation = interpolation
+        self.options = dict(options or {})
+        self.keyframes_only = keyframes_only
+        self._index_of_pts = ({t: i for i, t in enumerate(self.info.pts)}
+                              if self.info.pts_unique else None)
+        self._container = None
+        self._stream = None
+        self.seeks = 0  # number of seeks done, for tests and benchmarks
+        self.decoded = 0  # number of frames the decoder returned
+
+    # -- lifetime -------------------------------------------------------------------
+    def __enter__(self) -> "FrameReader":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Release the demuxer and decoder."""
+        if self._container is not None:
+            self._container.close()
+            self._container = None
+            self._stream = None
+
+    def __len__(self) -> int:
+        return self.info.frame_count
+
+    # -- public reads ---------------------------------------------------------------
+    def read(self, frames: Sequence[int] | np.ndarray, size: Size | None = None) -> np.ndarray:
+        """Frames by number, in the order asked (duplicates allowed), as N×H×W×3 uint8 RGB."""
+        wanted = np.asarray(frames, dtype=np.int64).reshape(-1)
+        self._check_range(wanted)
+        width, height = self._out_size(size)
+        out = np.empty((len(wanted), height, width, 3), dtype=np.uint8)
+        if len(wanted) == 0:
+            return out
+        unique, rows = np.unique(wanted, return_inverse=True)
+        order = np.argsort(rows, kind="stable")
+        rows_of = np.split(order, np.cumsum(np.bincount(rows))[:-1])
+        for k, (_, frame) in enumerate(self._decode_frames(unique.tolist())):
+            out[rows_of[k]] = self._to_rgb(frame, width, height)
+        return out
+
+    def iter_batches(self, batch_size: int, start: int = 0, stop: int | None = None,
+                     size: Size | None = None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """Yield (frame numbers, N×H×W×3 uint8 frames) for frames start..stop-1, decoding once in order."""
+        if batch_size < 1:
+            raise VidqlError(f"batch_size must be at least 1, got {batch_size}")
+        stop = self.info.frame_count if stop is None else stop
+        if start < 0 or stop > self.info.frame_count or start > stop:
+            raise VidqlError(f"frames {start}..{stop - 1} are out of range for '{self.path}', "
+                             f"which has frames 0..{self.info.frame_count - 1}")
+        width, height = self._out_size(size)
+        indices = np.empty(batch_size, dtype=np.int64)
+        batch = np.empty((batch_size, height, width, 3), dtype=np.uint8)
+        filled = 0
+        for index, frame in self.iter_range(start, stop):
+            indices[filled] = index
+            batch[filled] = self._to_rgb(frame, width, height)
+            filled += 1
+            if filled == batch_size:
+                yield indices.copy(), batch.copy()
+                filled = 0
+        if filled:
+            yield indices[:filled].copy(), batch[:filled].copy()
+
+    def iter_range(self, start: int, stop: int) -> Iterator[tuple[int, "av.VideoFrame"]]:
+        """Yield (frame number, decoded av.VideoFrame) for every frame start..stop-1, in order."""
+        if start >= stop:
+            return
+        yield from self._decode_frames(range(start, stop))
+
+    def to_rgb(self, frame: "av.VideoFrame", size: Size | None = None) -> np.ndarray:
+        """Convert one decoded frame to H×W×3 uint8 RGB at `size` (swscale does the resize)."""
+        width, height = self._out_size(size)
+        return self._to_rgb(frame, width, height)
+
+    # -- decoding -------------------------------------------------------------------
+    def _decode_frames(self, targets: Sequence[int]) -> Iterator[tuple[int, "av.VideoFrame"]]:
+        """Yield (n, frame) for each target frame number (ascending, unique), seeking only to skip work."""
+        info = self.info
+        position = -1  # frame number of the last frame the open decoder produced
+        decoding = None
+        gop = -1
+        for target in targets:
+            target_gop = info.gop_of(target)
+            if decoding is None or target <= position or info.keyframes[target_gop] > position + 1:
+                decoding, gop = self._start_at(target_gop), target_gop
+                position = -1
+            while True:
+                try:
+                    index, frame = next(decoding)
+                except StopIteration:
+                    raise VideoError(self.path, f"frame {target} could not be decoded: the stream "
+                                                f"ended after frame {position}") from None
+                position = index
+                if index < target:
+                    continue
+                if index == target:
+                    yield index, frame
+                    break
+                # The decoder went past the target: the seek landed after it; start earlier.
+                if gop == 0:
+                    raise VideoError(self.path, f"frame {target} is missing from the decoded stream")
+                decoding, gop = self._start_at(gop - 1), gop - 1
+                position = -1
+
+    def _start_at(self, gop: int) -> Iterator[tuple[int, "av.VideoFrame"]]:
+        """Position the demuxer at keyframe number `gop` and return a (frame number, frame) generator."""
+        info = self.info
+        if gop == 0 or self._index_of_pts is None:
+            self.close()  # reopening is the one seek to the start that every container honours
+            container = self._open()
+            first = 0
+        else:
+            container = self._open()
+            container.seek(info.keyframe_seek_ts[gop], stream=self._stream, backward=True)
+            first = None
+        self.seeks += 1
+        return self._numbered_frames(container, first)
+
+    def _numbered_frames(self, container, first: int | None) -> Iterator[tuple[int, "av.VideoFrame"]]:
+        """Decode forward, naming each frame by its timestamp (or by counting from a known start)."""
+        by_pts = self._index_of_pts
+        last = -1 if first == 0 else None
+        try:
+            for packet in container.demux(self._stream):
+                for frame in packet.decode():
+                    self.decoded += 1
+                    if frame.is_corrupt:
+                        where = "a frame before the first recognised one" if last is None else \
+                            f"frame {last + 1}"
+                        raise VideoError(self.path, f"{where} is corrupt (damaged data in the file)")
+                    if by_pts is not None and frame.pts in by_pts:
+                        last = by_pts[frame.pts]
+                    elif last is not None:
+                        last += 1
+                    else:
+                        continue  # unknown frame before any recognised one: cannot name it
+                    yield last, frame
+        except av.error.FFmpegError as exc:
+            where = "the first frame after a seek" if last is None else f"frame {last + 1}"
+            raise VideoError(self.path, f"decoding failed near {where} of {self.info.frame_count} "
+                                        f"({_reason(exc)})") from exc
+
+    def _open(self):
+        if self._container is None:
+            try:
+                self._container = av.open(self.path)
+            except av.error.FFmpegError as exc:
+                raise VideoError(self.path, f"cannot open ({_reason(exc)})") from exc
+            stream = self._container.streams.video[0]
+            if self.threads == 1:
+                stream.thread_type = "NONE"
+            else:
+                stream.thread_type = "AUTO"
+                stream.codec_context.thread_count = self.threads
+            if self.options:
+                stream.codec_context.options = dict(self.options)
+            if self.keyframes_only:
+                stream.codec_context.skip_frame = "NONKEY"
+            self._stream = stream
+        return self._container
+
+    # -- helpers --------------------------------------------------------------------
+    def _check_range(self, wanted: np.ndarray) -> None:
+        n = self.info.frame_count
+        bad = wanted[(wanted < 0) | (wanted >= n)]
+        if len(bad):
+            raise VidqlError(f"frame {int(bad[0])} is out of range for '{self.path}', "
+                             f"which has frames 0..{n - 1}")
+
+    def _out_size(self, size: Size | None) -> Size:
+        if size is None:
+            return self.info.width, self.info.height
+        width, height = int(size[0]), int(size[1])
+        if width < 1 or height < 1:
+            raise VidqlError(f"output size must be positive (width, height), got {size}")
+        return width, height
+
+    def _to_rgb(self, frame: "av.VideoFrame", width: int, height: int) -> np.ndarray:
+        if frame.width == width and frame.height == height:
+            return frame.to_ndarray(format="rgb24")
+        return frame.to_ndarray(format="rgb24", width=width, height=height,
+                                interpolation=self.interpolation)

@@ -1,0 +1,219 @@
+"""Probe a video once: codec, size, rate, exact frame count, keyframes and per-frame timestamps.
+
+Frame numbers everywhere in vidql are 0-based positions in the sequence of frames a full
+sequential decode returns. `probe_video` finds, for each of them, the timestamp the decoder
+gives it (so a reader can recognise frames after a seek) and which of them are keyframes
+(where a seek can land). For well-behaved codecs in well-behaved containers this comes from
+the packet index alone; otherwise (AVI with packed B-frames, missing or repeated timestamps)
+the video is decoded once, which is the only way to learn the truth when the header lies.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+
+import av
+
+from vidql.engine.errors import VideoError
+
+# Codecs for which, in a container that gives every packet a unique pts, one packet is one
+# displayed frame and the decoder's frame pts is the packet pts.
+_ONE_FRAME_PER_PACKET = frozenset({"h264", "hevc", "av1", "vp9", "mjpeg", "png", "ffv1",
+                                   "rawvideo", "prores", "dnxhd", "qtrle"})
+
+
+# Demuxers that turn text files into "video" (ANSI art); a text file is not a video.
+_NOT_VIDEO_FORMATS = frozenset({"tty"})
+
+
+@dataclass(frozen=True)
+class VideoInfo:
+    """What vidql knows about a video's first video stream.
+
+    `pts[i]` is the decoder timestamp of frame i (frames in decode-output order, which is
+    presentation order); `keyframes` are the frame numbers a seek can land on and
+    `keyframe_seek_ts` the stream timestamps to seek to for each of them.
+    """
+
+    path: str
+    codec: str
+    width: int
+    height: int
+    fps: float
+    frame_count: int
+    duration: float
+    time_base: Fraction
+    keyframes: tuple[int, ...]
+    keyframe_seek_ts: tuple[int, ...]
+    pts: tuple[int | None, ...]
+    pts_unique: bool
+    header_frame_count: int
+    counted_by: str  # "packets" or "decoding"
+
+    def gop_of(self, frame: int) -> int:
+        """Position in `keyframes` of the last keyframe at or before `frame`."""
+        import bisect
+
+        return max(bisect.bisect_right(self.keyframes, frame) - 1, 0)
+
+
+def probe_video(path: str | os.PathLike) -> VideoInfo:
+    """Read a video's layout; raise VideoError when it is missing, not a video, corrupt or undecodable."""
+    path = Path(path)
+    if not path.exists():
+        raise VideoError(path, "file does not exist")
+    if not path.is_file():
+        raise VideoError(path, "not a regular file")
+    try:
+        container = av.open(str(path), mode="r")
+    except (av.error.FFmpegError, UnicodeDecodeError) as exc:
+        raise VideoError(path, f"FFmpeg cannot parse it ({_reason(exc)}); it is truncated, "
+                                 "corrupt or not a video") from exc
+    with container:
+        if not container.streams.video or container.format.name in _NOT_VIDEO_FORMATS:
+            raise VideoError(path, "file has no video stream")
+        stream = container.streams.video[0]
+        if stream.codec_context is None:
+            raise VideoError(path, "unsupported codec: FFmpeg does not know the video stream's "
+                                   "codec, no decoder available")
+        codec = stream.codec_context.name
+        try:
+            av.codec.Codec(codec, "r")
+        except Exception as exc:
+            raise VideoError(path, f"unsupported codec '{codec}': no decoder available") from exc
+        if not stream.codec_context.width or not stream.codec_context.height:
+            raise VideoError(path, f"video stream has no frame size (codec '{codec}', corrupt header?)")
+        packets = _demux_packet_table(path, container, stream)
+        listed = int(stream.frames or 0)
+        if container.format.name.startswith("mov") and len(packets) < listed:
+            raise VideoError(path, f"truncated file: its index lists {listed} frames but the data "
+                                   f"holds only {len(packets)}")
+        fast = _packet_layout(codec, packets)
+        if fast is not None:
+            try:
+                _check_first_frame_decodes(path, fast[0][0])
+            except _NotTrusted:
+                fast = None
+        if fast is not None:
+            pts, keyframe_pts = fast
+            counted_by = "packets"
+        else:
+            pts, keyframe_pts = _decode_layout(path, packets)
+            counted_by = "decoding"
+        return _build_info(path, stream, codec, pts, keyframe_pts, counted_by)
+
+
+def _reason(exc: BaseException) -> str:
+    """FFmpeg's words for an error, without errno and C function names."""
+    text = re.sub(r"^\[Errno -?\d+\] ", "", str(exc)).split(": '")[0]
+    return text or type(exc).__name__
+
+
+def _demux_packet_table(path: Path, container, stream) -> list[tuple[int | None, int | None, bool]]:
+    """(pts, dts, is_keyframe) of every packet that carries data, without decoding."""
+    packets = []
+    try:
+        for packet in container.demux(stream):
+            if packet.size == 0 or packet.is_discard:
+                continue
+            packets.append((packet.pts, packet.dts, bool(packet.is_keyframe)))
+    except av.error.FFmpegError as exc:
+        raise VideoError(path, f"corrupt or truncated container after {len(packets)} packets "
+                               f"({_reason(exc)})") from exc
+    if not packets:
+        raise VideoError(path, "video stream holds no frames (empty or truncated file)")
+    return packets
+
+
+def _packet_layout(codec: str, packets) -> tuple[list[int], set[int]] | None:
+    """Per-frame pts and keyframe pts from packets alone, or None when packets cannot be trusted."""
+    if codec not in _ONE_FRAME_PER_PACKET:
+        return None
+    pts = [p[0] for p in packets]
+    if any(t is None for t in pts) or len(set(pts)) != len(pts):
+        return None
+    keyframe_pts = {p[0] for p in packets if p[2]}
+    if not keyframe_pts:
+        return None
+    return sorted(pts), keyframe_pts
+
+
+def _check_first_frame_decodes(path: Path, first_pts: int) -> None:
+    """Decode until the first frame comes out; it must carry the smallest packet pts."""
+    with av.open(str(path)) as fresh:
+        vstream = fresh.streams.video[0]
+        try:
+            for frame in fresh.decode(vstream):
+                if frame.pts is not None and frame.pts != first_pts:
+                    raise _NotTrusted
+                return
+        except av.error.FFmpegError as exc:
+            raise VideoError(path, f"the video cannot be decoded ({_reason(exc)})") from exc
+    raise VideoError(path, "the video stream decodes to no frames")
+
+
+class _NotTrusted(Exception):
+    """The packet index disagrees with the decoder; fall back to decoding."""
+
+
+def _decode_layout(path: Path, packets) -> tuple[list[int | None], set[int]]:
+    """Decode every frame once (no pixel conversion) to learn the true count and timestamps."""
+    keyframe_packet_pts = {p[0] for p in packets if p[2] and p[0] is not None}
+    pts: list[int | None] = []
+    keyframe_pts: set[int] = set()
+    with av.open(str(path)) as fresh:
+        vstream = fresh.streams.video[0]
+        vstream.thread_type = "AUTO"
+        try:
+            for frame in fresh.decode(vstream):
+                if frame.is_corrupt:
+                    raise VideoError(path, f"frame {len(pts)} is corrupt (damaged data in the file)")
+                if frame.key_frame and frame.pts in keyframe_packet_pts:
+                    keyframe_pts.add(frame.pts)
+                pts.append(frame.pts)
+        except av.error.FFmpegError as exc:
+            if not pts:
+                raise VideoError(path, f"the video cannot be decoded ({_reason(exc)})") from exc
+            raise VideoError(path, f"decoding failed at frame {len(pts)} ({_reason(exc)})") from exc
+    if not pts:
+        raise VideoError(path, "the video stream decodes to no frames")
+    return pts, keyframe_pts
+
+
+def _build_info(path: Path, stream, codec: str, pts, keyframe_pts, counted_by: str) -> VideoInfo:
+    n = len(pts)
+    pts_unique = None not in pts and len(set(pts)) == n
+    keyframes = [i for i, t in enumerate(pts) if t in keyframe_pts] if pts_unique else []
+    if not keyframes or keyframes[0] != 0:
+        keyframes = [0] + keyframes  # frame 0 is always reachable by seeking to the start
+    seek_ts = [pts[k] if pts_unique and pts[k] in keyframe_pts else _START for k in keyframes]
+    time_base = stream.time_base or Fraction(1, 1)
+    fps = _frame_rate(stream, pts if pts_unique else None, time_base)
+    return VideoInfo(
+        path=str(path), codec=codec,
+        width=int(stream.codec_context.width), height=int(stream.codec_context.height),
+        fps=fps, frame_count=n, duration=n / fps if fps > 0 else 0.0, time_base=Fraction(time_base),
+        keyframes=tuple(keyframes), keyframe_seek_ts=tuple(seek_ts), pts=tuple(pts),
+        pts_unique=pts_unique, header_frame_count=int(stream.frames or 0), counted_by=counted_by,
+    )
+
+
+# Seek target meaning "the start of the file" (used when a keyframe has no usable timestamp).
+_START = -(2**62)
+
+
+def _frame_rate(stream, pts, time_base: Fraction) -> float:
+    """The header's average rate when present, else the median spacing of timestamps."""
+    rate = stream.average_rate or stream.guessed_rate or stream.base_rate
+    if rate and float(rate) > 0:
+        return float(rate)
+    if pts and len(pts) > 1:
+        ordered = sorted(pts)
+        steps = sorted(b - a for a, b in zip(ordered, ordered[1:]))
+        step = steps[len(steps) // 2]
+        if step > 0:
+            return float(1 / (step * time_base))
+    return 0.0

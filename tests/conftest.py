@@ -1,0 +1,71 @@
+"""Shared fixtures: generated clips, the ../shared folder, a slow counting oracle module."""
+from __future__ import annotations
+
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+
+
+def shared_path(*parts: str) -> Path:
+    """A path under ../shared, skipping the test with a clear reason when it is absent."""
+    path = SHARED.joinpath(*parts)
+    if not path.exists():
+        pytest.skip(f"needs {path} (the ../shared folder beside the checkout is absent)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def counter_clip(tmp_path_factory) -> Path:
+    """A 120-frame H.264 clip (GOP 12, B-frames) whose frames are all distinct."""
+    from vidql.preprocess.testclip import write_counter_video
+
+    path = tmp_path_factory.mktemp("clips") / "counter.mp4"
+    write_counter_video(path, 120, 160, 96)
+    return path
+
+
+ORACLE_MODULE = '''
+import os, time
+import numpy as np
+
+CALLS = []          # frames seen in this process
+FAIL_AT_CALL = None  # raise on this call number (tests set it)
+
+class BrightnessOracle:
+    """Detects one 'car' per 64 levels of mean brightness; optionally slow, counts calls."""
+    version = "1"
+
+    def __init__(self, delay=0.0, marker=None):
+        self.delay, self.marker = delay, marker
+
+    def detect(self, frames):
+        global FAIL_AT_CALL
+        CALLS.append(len(frames))
+        if FAIL_AT_CALL is not None and len(CALLS) >= FAIL_AT_CALL:
+            raise RuntimeError("model crashed")
+        if self.marker:
+            with open(self.marker, "a") as fh:
+                fh.write(f"{len(frames)}\\n")
+        time.sleep(self.delay)
+        out = []
+        for f in frames:
+            n = int(f.mean() // 64)
+            out.append([("car", 0.9, 1.0 + i, 2.0, 10.0 + i, 12.0) for i in range(n)])
+        return out
+'''
+
+
+@pytest.fixture()
+def oracle_module(tmp_path, monkeypatch):
+    """An importable module `vq_test_oracle` with BrightnessOracle (a PYTHON oracle)."""
+    (tmp_path / "vq_test_oracle.py").write_text(textwrap.dedent(ORACLE_MODULE))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sys.modules.pop("vq_test_oracle", None)
+    import vq_test_oracle
+
+    yield vq_test_oracle
+    sys.modules.pop("vq_test_oracle", None)

@@ -1,0 +1,102 @@
+"""Catalog: loading videos, bad input, oracles, persistence."""
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+import vidql
+from vidql.engine.errors import CatalogError, OracleError, VideoError
+
+
+def test_load_video_registers_table(counter_clip, tmp_path):
+    with vidql.connect(tmp_path / "db.vidql") as db:
+        row = db.load_video(counter_clip, "clip")
+        assert row["frame_count"] == 120 and row["width"] == 160
+        n, lo, hi = db.con.execute("SELECT count(*), min(frame), max(frame) FROM clip").fetchall()[0]
+        assert (n, lo, hi) == (120, 0, 119)
+        ts = db.con.execute("SELECT ts FROM clip ORDER BY frame").fetchnumpy()["ts"]
+        assert ts[0] == 0 and abs(ts[30] - 1.0) < 1e-6
+        assert list(db.videos()["name"]) == ["clip"]
+    with vidql.connect(tmp_path / "db.vidql") as db:  # persisted
+        assert list(db.videos()["name"]) == ["clip"]
+        db.drop_video("clip")
+        assert db.videos().empty
+        assert not (db.artifacts / "videos" / "clip").exists()
+
+
+def _catalog_state(db):
+    tables = db.con.execute("SELECT table_schema, table_name FROM information_schema.tables "
+                            "ORDER BY ALL").fetchall()
+    return tables, db.videos().to_dict("records")
+
+
+@pytest.mark.parametrize("case", ["missing", "text", "truncated", "corrupt", "duplicate", "badname"])
+def test_bad_videos_leave_catalog_unchanged(case, counter_clip, tmp_path):
+    with vidql.connect() as db:
+        db.load_video(counter_clip, "clip")
+        before = _catalog_state(db)
+        path, name = tmp_path / "bad.mp4", "other"
+        data = counter_clip.read_bytes()
+        if case == "missing":
+            path = tmp_path / "nope.mp4"
+        elif case == "text":
+            path.write_text("this is not a video\n" * 100)
+        elif case == "truncated":
+            path.write_bytes(data[: len(data) // 3])
+        elif case == "corrupt":
+            path.write_bytes(b"\x00" * 4096 + data[4096:])
+        elif case == "duplicate":
+            path, name = counter_clip, "clip"
+        elif case == "badname":
+            path, name = counter_clip, "1bad name"
+        expected = CatalogError if case in ("duplicate", "badname") else VideoError
+        with pytest.raises(expected) as err:
+            db.load_video(path, name)
+        if expected is VideoError:
+            assert str(path) in str(err.value)
+        assert _catalog_state(db) == before
+
+
+def test_changed_file_is_detected(counter_clip, tmp_path):
+    clip = tmp_path / "clip.mp4"
+    shutil.copy(counter_clip, clip)
+    db_path = tmp_path / "db.vidql"
+    with vidql.connect(db_path) as db:
+        db.load_video(clip, "clip")
+    clip.write_bytes(clip.read_bytes()[::-1])
+    with vidql.connect(db_path) as db:
+        with pytest.raises(VideoError, match="changed since LOAD VIDEO"):
+            db.catalog.video_info("clip")
+
+
+def test_oracle_errors(tmp_path):
+    with vidql.connect() as db:
+        with pytest.raises(OracleError, match="not found"):
+            db.create_oracle("o", "ONNX", tmp_path / "missing.onnx")
+        with pytest.raises(OracleError, match="never downloads"):
+            db.create_oracle("f", "TORCHVISION", "ssdlite320_mobilenet_v3_large",
+                             weights=str(tmp_path / "none.pth"))
+        with pytest.raises(OracleError, match="unknown oracle kind"):
+            db.create_oracle("x", "MAGIC", "a")
+        with pytest.raises(OracleError, match="module:callable"):
+            db.create_oracle("p", "PYTHON", "nocolon")
+        with pytest.raises(CatalogError, match="unknown oracle"):
+            db.catalog.oracle("nothing")
+        assert db.oracles().empty
+
+
+def test_torchvision_oracle_from_weights_file(tmp_path, counter_clip):
+    """A user's own checkpoint loads (here an untrained one, saved by the test)."""
+    import torch
+    from torchvision.models import detection
+
+    net = detection.ssdlite320_mobilenet_v3_large(weights=None, weights_backbone=None, num_classes=91)
+    torch.save(net.state_dict(), tmp_path / "ssd.pth")
+    with vidql.connect() as db:
+        db.load_video(counter_clip, "clip")
+        db.create_oracle("ssd", "TORCHVISION", "ssdlite320_mobilenet_v3_large",
+                         weights=str(tmp_path / "ssd.pth"), score=0.0)
+        det = db.labels("clip", "ssd").detections([0, 1])
+        assert set(det["frame"]) <= {0, 1}
+        assert {"frame", "label", "score", "x1"} <= set(det.columns)

@@ -1,0 +1,98 @@
+"""The durable label cache: never twice, zero-detection frames, crashes and SIGKILL."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+import vidql
+from vidql.engine.errors import OracleError
+
+
+def _db_with_oracle(path, clip, **options):
+    db = vidql.connect(path, progress=False)
+    if "clip" not in db.catalog.video_names():
+        db.load_video(clip, "clip")
+        db.create_oracle("bright", "PYTHON", "vq_test_oracle:BrightnessOracle", **options)
+        db.set_oracle("clip", "bright")
+    return db
+
+
+def test_never_twice_and_zero_detections(counter_clip, oracle_module, tmp_path):
+    with _db_with_oracle(tmp_path / "db.vidql", counter_clip) as db:
+        cache = db.labels("clip")
+        cache.ensure(np.arange(0, 40))
+        calls = sum(oracle_module.CALLS)
+        assert calls == 40 and cache.stats.oracle_calls == 40
+        cache.ensure(np.arange(20, 60))
+        assert sum(oracle_module.CALLS) == 60 and cache.stats.cache_hits == 20
+        n = db.con.execute("SELECT count(*) FROM vidql.labelled").fetchall()[0][0]
+        assert n == 60  # every frame recorded, with or without detections
+        zero = db.con.execute("SELECT count(*) FROM vidql.labelled WHERE detections = 0").fetchall()[0][0]
+        rows = db.con.execute("SELECT count(DISTINCT frame) FROM vidql.labels").fetchall()[0][0]
+        assert zero + rows == 60
+        values = cache.true_values("objects('car')")(np.array([5, 3, 5]))
+        assert values[0] == values[2] and sum(oracle_module.CALLS) == 60
+
+
+def test_oracle_failure_keeps_finished_batches(counter_clip, oracle_module, tmp_path):
+    db_path = tmp_path / "db.vidql"
+    with _db_with_oracle(db_path, counter_clip) as db:
+        oracle_module.FAIL_AT_CALL = 3
+        with pytest.raises(OracleError, match="model crashed"):
+            db.labels("clip").ensure(np.arange(100))
+        batch = db.labels("clip").oracle.batch_size
+        assert db.con.execute("SELECT count(*) FROM vidql.labelled").fetchall()[0][0] == 2 * batch
+    oracle_module.FAIL_AT_CALL = None
+    oracle_module.CALLS.clear()
+    with _db_with_oracle(db_path, counter_clip) as db:
+        cache = db.labels("clip")
+        cache.ensure(np.arange(100))
+        assert sum(oracle_module.CALLS) == 100 - 2 * batch == cache.stats.oracle_calls
+
+
+CHILD = """
+import sys, numpy as np, vidql
+sys.path.insert(0, {moddir!r})
+db = vidql.connect({db!r}, progress=False)
+db.load_video({clip!r}, "clip")
+db.create_oracle("bright", "PYTHON", "vq_test_oracle:BrightnessOracle", delay=0.05, marker={marker!r})
+db.set_oracle("clip", "bright")
+db.labels("clip").ensure(np.arange(120))
+print("finished")
+"""
+
+
+def test_sigkill_midway_keeps_committed_batches(counter_clip, oracle_module, tmp_path):
+    db_path, marker = tmp_path / "db.vidql", tmp_path / "calls.txt"
+    script = CHILD.format(moddir=str(tmp_path), db=str(db_path), clip=str(counter_clip),
+                          marker=str(marker))
+    child = subprocess.Popen([sys.executable, "-c", textwrap.dedent(script)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        if marker.exists() and len(marker.read_text().split()) >= 5:
+            break
+        if child.poll() is not None:
+            pytest.fail(f"child ended early: {child.stderr.read().decode()}")
+        time.sleep(0.02)
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait()
+    started = len(marker.read_text().split())
+    assert started < 15, "the child finished before it could be killed"
+    with vidql.connect(db_path, progress=False) as db:  # opens cleanly after the kill
+        done = db.con.execute("SELECT count(*) FROM vidql.labelled").fetchall()[0][0]
+        batch = db.labels("clip").oracle.batch_size
+        # every batch whose successor had started was committed before it
+        assert (started - 1) * batch <= done <= started * batch
+        oracle_module.CALLS.clear()
+        cache = db.labels("clip")
+        cache.ensure(np.arange(120))
+        assert sum(oracle_module.CALLS) == 120 - done
+        assert db.con.execute("SELECT count(*) FROM vidql.labelled").fetchall()[0][0] == 120

@@ -1,0 +1,5 @@
+import sys
+
+from vidql.cli import main
+
+sys.exit(main())

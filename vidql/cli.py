@@ -1,0 +1,136 @@
+"""The `vidql` command: demo, load, sql, shell, bench."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from vidql.engine.errors import VidqlError
+
+DEFAULT_CACHE = Path(os.environ.get("VIDQL_CACHE", Path.home() / ".cache" / "vidql"))
+
+
+def _shared_dir() -> Path | None:
+    """../shared beside the checkout, or $VIDQL_SHARED, when present."""
+    env = os.environ.get("VIDQL_SHARED")
+    candidates = [Path(env)] if env else []
+    candidates.append(Path(__file__).resolve().parents[1].parent / "shared")
+    return next((c for c in candidates if (c / "data").is_dir()), None)
+
+
+def print_result(result) -> None:
+    """Print a DuckDB relation (or a vidql Result) as a readable table."""
+    if result is None:
+        return
+    rel = getattr(result, "relation", result)
+    rel.show(max_width=160, max_rows=40)
+    report = getattr(result, "report", None)
+    if report is not None:
+        print(report.summary())
+
+
+def cmd_sql(args) -> int:
+    import vidql
+
+    with vidql.connect(args.db) as db:
+        print_result(db.sql(args.query))
+        report = getattr(db, "last_report", None)
+        if report is not None and not hasattr(report, "summary"):
+            print(report)
+    return 0
+
+
+def cmd_load(args) -> int:
+    import vidql
+
+    with vidql.connect(args.db) as db:
+        row = db.load_video(args.path, args.name, rendition=args.rendition)
+        print(f"loaded {row['name']}: {row['frame_count']} frames, {row['width']}x{row['height']} "
+              f"{row['codec']} at {row['fps']:.3g} fps")
+    return 0
+
+
+def cmd_shell(args) -> int:
+    from vidql.shell import Shell
+
+    return Shell(args.db).run()
+
+
+def cmd_demo(args) -> int:
+    from vidql.demo import run_demo
+
+    return run_demo(db_path=args.db, cache_dir=Path(args.cache), n_frames=args.frames)
+
+
+def cmd_bench(args) -> int:
+    from vidql.bench.registry import BenchContext
+    from vidql.bench.runner import load_scenarios, run
+
+    if args.list:
+        for name, (description, _) in sorted(load_scenarios().items()):
+            print(f"{name:12s} {description}")
+        return 0
+    ctx = BenchContext(out_dir=Path(args.out), quick=args.quick, seed=args.seed,
+                       shared_dir=_shared_dir() if not args.no_shared else None,
+                       cache_dir=Path(args.cache))
+    report = run(args.scenario, ctx)
+    failed = [n for n, e in report["scenarios"].items() if "error" in e]
+    print(f"wrote {ctx.out_dir / 'results.json'} and {ctx.out_dir / 'report.md'}")
+    return 1 if failed else 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="vidql", description="Proxy-accelerated SQL over video.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    def with_db(sp, default=None):
+        sp.add_argument("--db", default=default,
+                        help="database file (DuckDB) with an artifact folder beside it"
+                             + ("" if default else "; in memory when omitted"))
+        return sp
+
+    d = with_db(sub.add_parser("demo", help="generate a synthetic video and run example queries"))
+    d.add_argument("--frames", type=int, default=3000, help="length of the synthetic video")
+    d.add_argument("--cache", default=str(DEFAULT_CACHE), help="where generated data is kept")
+    d.set_defaults(fn=cmd_demo)
+
+    ld = with_db(sub.add_parser("load", help="LOAD VIDEO into a database"), "vidql.db")
+    ld.add_argument("path")
+    ld.add_argument("--name")
+    ld.add_argument("--rendition", type=int, help="also keep a low-res copy (short side px)")
+    ld.set_defaults(fn=cmd_load)
+
+    s = with_db(sub.add_parser("sql", help="run one statement or a ;-separated script"), "vidql.db")
+    s.add_argument("query")
+    s.set_defaults(fn=cmd_sql)
+
+    sh = with_db(sub.add_parser("shell", help="interactive shell with history"), "vidql.db")
+    sh.set_defaults(fn=cmd_shell)
+
+    b = sub.add_parser("bench", help="benchmark scenarios against their baselines")
+    b.add_argument("scenario", nargs="*", help="scenario names (all when omitted)")
+    b.add_argument("--quick", action="store_true", help="small sizes, a few minutes on 2 cores")
+    b.add_argument("--out", default="bench-out", help="output folder for JSON, Markdown, plots")
+    b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--cache", default=str(DEFAULT_CACHE), help="where generated data is kept")
+    b.add_argument("--no-shared", action="store_true", help="skip the ../shared real data")
+    b.add_argument("--list", action="store_true", help="list scenarios and exit")
+    b.set_defaults(fn=cmd_bench)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.fn(args)
+    except VidqlError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted; finished oracle batches are cached", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

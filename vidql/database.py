@@ -1,0 +1,105 @@
+"""`vidql.connect()` and the Database: the public face over the catalog and the executor."""
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import duckdb
+import pandas as pd
+
+from vidql.engine.catalog import Catalog
+from vidql.engine.errors import VidqlError
+from vidql.engine.labelcache import LabelCache
+
+
+def artifacts_dir_for(db_path: Path) -> Path:
+    return db_path.with_name(db_path.name + ".artifacts")
+
+
+class Database:
+    """A vidql database: a DuckDB file plus a folder of artifacts beside it.
+
+    `path=None` gives an in-memory database with a temporary artifact folder."""
+
+    def __init__(self, path: str | Path | None = None, *, progress: bool = True):
+        self._tmp = None
+        if path is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="vidql-")
+            self.path = None
+            con = duckdb.connect(":memory:")
+            artifacts = Path(self._tmp.name)
+        else:
+            self.path = Path(path)
+            if self.path.exists() and self.path.is_dir():
+                raise VidqlError(f"database path '{self.path}' is a folder; give a file name, "
+                                 f"e.g. '{self.path / 'vidql.db'}'")
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                con = duckdb.connect(str(self.path))
+            except duckdb.Error as exc:
+                raise VidqlError(f"cannot open database '{self.path}': {exc}") from None
+            artifacts = artifacts_dir_for(self.path)
+        self.con = con
+        self.catalog = Catalog(con, artifacts, progress=progress)
+
+    # ---- lifecycle ----------------------------------------------------------------
+    def close(self) -> None:
+        self.con.close()
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+
+    def __enter__(self) -> "Database":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @property
+    def artifacts(self) -> Path:
+        return self.catalog.artifacts
+
+    # ---- catalog ------------------------------------------------------------------
+    def load_video(self, path: str | Path, name: str | None = None, *,
+                   rendition: int | None = None) -> dict:
+        """Probe a video, index its keyframes and register table `name(frame, ts)`."""
+        name = name or Path(path).stem.replace("-", "_").replace(".", "_")
+        return self.catalog.add_video(path, name, rendition=rendition)
+
+    def drop_video(self, name: str) -> None:
+        self.catalog.drop_video(name)
+
+    def videos(self) -> pd.DataFrame:
+        return self.catalog.videos()
+
+    def create_oracle(self, name: str, kind: str, source: str, **options):
+        return self.catalog.add_oracle(name, kind, str(source), options)
+
+    def set_oracle(self, video: str, oracle: str) -> None:
+        self.catalog.set_oracle(video, oracle)
+
+    def oracles(self) -> pd.DataFrame:
+        return self.catalog.oracles()
+
+    def labels(self, video: str, oracle: str | None = None) -> LabelCache:
+        """The durable label cache of a video (for its default oracle unless named)."""
+        return self.catalog.label_cache(video, oracle)
+
+    # ---- queries ------------------------------------------------------------------
+    def sql(self, query: str):
+        """Run one statement or a `;`-separated script; returns the last result."""
+        from vidql.engine.executor import execute_script
+
+        return execute_script(self, query)
+
+    def __repr__(self) -> str:
+        where = "in memory" if self.path is None else str(self.path)
+        return f"<vidql.Database {where}: {len(self.catalog.video_names())} videos>"
+
+
+def connect(path: str | Path | None = None, *, progress: bool = True) -> Database:
+    """Open or create a vidql database (in memory when `path` is None)."""
+    return Database(path, progress=progress)
+
+
+__all__ = ["connect", "Database"]
