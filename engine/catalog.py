@@ -241,6 +241,12 @@ class Catalog:
         raise CatalogError(f"video {row['name']!r} has no oracle: SET ORACLE {row['name']} = <name>"
                            f" (oracles: {', '.join(names) or 'none created yet; CREATE ORACLE first'})")
 
+    def measured_ms_per_frame(self, identity: str) -> float | None:
+        """The oracle's measured milliseconds per frame over every batch it has labelled."""
+        rows = self.con.execute("SELECT frames, seconds FROM vidql.oracle_costs WHERE oracle = ?",
+                                [identity]).fetchall()
+        return 1000 * rows[0][1] / rows[0][0] if rows and rows[0][0] else None
+
     # ---- label caches -------------------------------------------------------------
     def label_cache(self, video: str, oracle: str | None = None) -> LabelCache:
         """The label cache of a video for an oracle (its default oracle when None)."""
@@ -253,6 +259,10 @@ class Catalog:
                                            self._pixel_reader(info), progress=self.progress)
         return self._caches[key]
 
+    def lowres_source(self, video: str) -> "LowResSource":
+        """Frames of a video for embedders and proxies (low resolution, original numbering)."""
+        return LowResSource(self.video_info(video))
+
     @staticmethod
     def _pixel_reader(info):
         from vidql.preprocess.frames import FrameReader
@@ -262,3 +272,32 @@ class Catalog:
                 return reader.read(ids)
 
         return read
+
+
+class LowResSource:
+    """A frame source (n_frames, read, iter_batches) over a video for low-res consumers."""
+
+    DEFAULT_SHORT_SIDE = 64
+
+    def __init__(self, info):
+        self.info = info
+        self.n_frames = info.frame_count
+
+    def proxy_size(self, short_side: int | None = None) -> tuple[int, int]:
+        """(width, height) with the given short side, keeping the aspect ratio (even sizes)."""
+        s = short_side or self.DEFAULT_SHORT_SIDE
+        w, h = self.info.width, self.info.height
+        scale = s / min(w, h)
+        return max(2, round(w * scale / 2) * 2), max(2, round(h * scale / 2) * 2)
+
+    def read(self, frames, size=None) -> np.ndarray:
+        from vidql.preprocess.frames import FrameReader
+
+        with FrameReader(self.info.path, self.info) as reader:
+            return reader.read(frames, size=size)
+
+    def iter_batches(self, batch_size: int, start: int = 0, stop: int | None = None, size=None):
+        from vidql.preprocess.frames import FrameReader
+
+        with FrameReader(self.info.path, self.info) as reader:
+            yield from reader.iter_batches(batch_size, start=start, stop=stop, size=size)

@@ -26,6 +26,8 @@ CREATE TABLE IF NOT EXISTS vidql.labels (
 CREATE TABLE IF NOT EXISTS vidql.labelled (
     video VARCHAR, oracle VARCHAR, frame BIGINT, detections INTEGER,
     PRIMARY KEY (video, oracle, frame));
+CREATE TABLE IF NOT EXISTS vidql.oracle_costs (
+    oracle VARCHAR PRIMARY KEY, frames BIGINT, seconds DOUBLE);
 """
 
 
@@ -131,6 +133,9 @@ class LabelCache:
             self.con.register("__vidql_done", done)
             self.con.execute("INSERT OR IGNORE INTO vidql.labelled SELECT ?, ?, frame, detections "
                              "FROM __vidql_done", [self.video, self.oracle.identity])
+            self.con.execute("INSERT INTO vidql.oracle_costs VALUES (?, ?, ?) ON CONFLICT DO UPDATE "
+                             "SET frames = frames + excluded.frames, seconds = seconds + excluded.seconds",
+                             [self.oracle.identity, len(ids), t2 - t1])
             self.con.execute("COMMIT")
         except BaseException:
             self.con.execute("ROLLBACK")

@@ -18,16 +18,27 @@ IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 
 
+def source_length(source) -> int:
+    """Number of frames of a frame source: its `n_frames`, else `len(source)`."""
+    n = getattr(source, "n_frames", None)
+    return int(n) if n is not None else len(source)
+
+
 def embed_source(source, embed_batch: Callable[[np.ndarray], np.ndarray], dim: int, *,
                  size: tuple[int, int], batch_size: int = 256, dtype=np.float32,
                  desc: str = "embedding", progress: bool = True) -> np.ndarray:
     """Run `embed_batch` (uint8 B×H×W×3 -> B×dim) over every frame of `source` in order;
     returns an n_frames×dim array of `dtype`."""
-    out = np.empty((source.n_frames, dim), dtype=dtype)
-    with tqdm(total=source.n_frames, desc=desc, unit="frame", disable=not progress) as bar:
+    n_frames = source_length(source)
+    out = np.empty((n_frames, dim), dtype=dtype)
+    seen = 0
+    with tqdm(total=n_frames, desc=desc, unit="frame", disable=not progress) as bar:
         for indices, batch in source.iter_batches(batch_size, size=size):
             out[indices] = embed_batch(batch)
+            seen += len(indices)
             bar.update(len(indices))
+    if seen != n_frames:
+        raise VidqlError(f"the frame source gave {seen} frames, but says it has {n_frames}")
     return out
 
 

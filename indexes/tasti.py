@@ -21,7 +21,7 @@ from tqdm.auto import tqdm
 from ..engine.errors import ParameterError, QueryError, VidqlError
 from ..engine.framestat import DETECTION_COLUMNS, FrameExpr, evaluate, parse_frame_expr
 from .embedders import (embed_source, find_pretrained_weights, network_embedder,
-                        pixel_embeddings, pretrained_embeddings)
+                        pixel_embeddings, pretrained_embeddings, source_length)
 from .fpf import choose_representatives, farthest_point_first
 from .neighbours import merge_nearest, nearest
 from .propagate import DEFAULT_EPS, propagate
@@ -46,7 +46,7 @@ def _clean_labels(df: pd.DataFrame, frames: np.ndarray) -> pd.DataFrame:
     missing = [c for c in DETECTION_COLUMNS if c not in df.columns]
     if missing:
         raise VidqlError(f"labels lack column(s) {missing}; expected {DETECTION_COLUMNS}")
-    df = df.loc[df["frame"].isin(frames), DETECTION_COLUMNS].copy()
+    df = df.loc[df["frame"].isin(frames) & df["label"].notna(), DETECTION_COLUMNS].copy()
     df["frame"] = df["frame"].astype("int64")
     df["label"] = df["label"].astype("str")
     for c in DETECTION_COLUMNS[2:]:
@@ -94,6 +94,7 @@ class TastiIndex:
         self.config = dict(config or {})
         self.stats = dict(stats or {})
         self.directory: Path | None = None      # where proxies are cached on disk, when in sync
+        self._embeddings_file: Path | None = None  # a saved copy of `embeddings`
         self._proxies: dict[str, np.ndarray] = {}
 
     def __repr__(self) -> str:
@@ -132,7 +133,7 @@ class TastiIndex:
         if embedder not in EMBEDDERS:
             raise ParameterError(f"embedder must be one of {EMBEDDERS}, got {embedder!r}")
         for name, value, low in (("train", train, 0), ("reps", reps, 1), ("k", k, 1),
-                                 ("n_frames", source.n_frames, 1)):
+                                 ("n_frames", source_length(source), 1)):
             if int(value) < low:
                 raise ParameterError(f"{name} must be >= {low}, got {value}")
         config = dict(train=int(train), reps=int(reps), k=int(k), seed=int(seed), embedder=embedder,
@@ -246,9 +247,8 @@ class TastiIndex:
         if cached is not None:
             return cached
         path = self._proxy_path(key)
-        if path is not None and path.is_file():
-            values = np.load(path)
-        else:
+        values = np.load(path) if path is not None and path.is_file() else None
+        if values is None or values.shape != (self.n_frames,):
             values = propagate(self.rep_values(parsed), self.positions, self.distances,
                                exact_frames=self.rep_frames, eps=self.eps)
             if path is not None:
@@ -296,11 +296,11 @@ class TastiIndex:
         kept there and later ones are cached there too. Returns the directory."""
         d = Path(directory)
         (d / "proxies").mkdir(parents=True, exist_ok=True)
-        same_place = self.directory is not None or (
-            getattr(self.embeddings, "filename", None) is not None
-            and Path(self.embeddings.filename).resolve() == (d / "embeddings.npy").resolve())
-        if not (same_place and (d / "embeddings.npy").is_file()):
-            _atomic_save(d / "embeddings.npy", np.asarray(self.embeddings, dtype=np.float32))
+        (d / "meta.json").unlink(missing_ok=True)  # an interrupted save reads as no index
+        target = (d / "embeddings.npy").resolve()
+        if self._embeddings_file != target or not target.is_file():  # embeddings never change
+            _atomic_save(target, np.asarray(self.embeddings, dtype=np.float32))
+            self._embeddings_file = target
         _atomic_save(d / "rep_frames.npy", self.rep_frames)
         _atomic_save(d / "distances.npy", self.distances)
         _atomic_save(d / "positions.npy", self.positions)
@@ -353,6 +353,7 @@ class TastiIndex:
             raise VidqlError(f"TASTI index in '{d}' is inconsistent (frame counts differ); "
                              "rebuild it")
         index.directory = d
+        index._embeddings_file = (d / "embeddings.npy").resolve()
         return index
 
 

@@ -122,7 +122,7 @@ def train_triplet_network(images: np.ndarray, close: np.ndarray, counts: np.ndar
                 optimiser.zero_grad()
                 loss.backward()
                 optimiser.step()
-                losses.append(float(loss))
+                losses.append(loss.item())
                 seen += len(batch)
                 bar.update(len(batch))
                 if seen >= triplets:

@@ -86,11 +86,11 @@ def probe_video(path: str | os.PathLike) -> VideoInfo:
             raise VideoError(path, f"unsupported codec '{codec}': no decoder available") from exc
         if not stream.codec_context.width or not stream.codec_context.height:
             raise VideoError(path, f"video stream has no frame size (codec '{codec}', corrupt header?)")
-        packets = _demux_packet_table(path, container, stream)
+        packets, demuxed = _demux_packet_table(path, container, stream)
         listed = int(stream.frames or 0)
-        if container.format.name.startswith("mov") and len(packets) < listed:
+        if container.format.name.startswith("mov") and demuxed < listed:
             raise VideoError(path, f"truncated file: its index lists {listed} frames but the data "
-                                   f"holds only {len(packets)}")
+                                   f"holds only {demuxed}")
         fast = _packet_layout(codec, packets)
         if fast is not None:
             try:
@@ -112,12 +112,16 @@ def _reason(exc: BaseException) -> str:
     return text or type(exc).__name__
 
 
-def _demux_packet_table(path: Path, container, stream) -> list[tuple[int | None, int | None, bool]]:
-    """(pts, dts, is_keyframe) of every packet that carries data, without decoding."""
+def _demux_packet_table(path: Path, container, stream):
+    """(pts, dts, is_keyframe) of every packet to be shown, and the count of all data packets."""
     packets = []
+    demuxed = 0
     try:
         for packet in container.demux(stream):
-            if packet.size == 0 or packet.is_discard:
+            if packet.size == 0:
+                continue
+            demuxed += 1
+            if packet.is_discard:
                 continue
             packets.append((packet.pts, packet.dts, bool(packet.is_keyframe)))
     except av.error.FFmpegError as exc:
@@ -125,7 +129,7 @@ def _demux_packet_table(path: Path, container, stream) -> list[tuple[int | None,
                                f"({_reason(exc)})") from exc
     if not packets:
         raise VideoError(path, "video stream holds no frames (empty or truncated file)")
-    return packets
+    return packets, demuxed
 
 
 def _packet_layout(codec: str, packets) -> tuple[list[int], set[int]] | None:

@@ -8,7 +8,8 @@ import duckdb
 import pandas as pd
 
 from vidql.engine.catalog import Catalog
-from vidql.engine.errors import VidqlError
+from vidql.engine.indexstore import IndexStore
+from vidql.engine.errors import CatalogError, VidqlError
 from vidql.engine.labelcache import LabelCache
 
 
@@ -41,6 +42,9 @@ class Database:
             artifacts = artifacts_dir_for(self.path)
         self.con = con
         self.catalog = Catalog(con, artifacts, progress=progress)
+        self.indexes = IndexStore(self.catalog)
+        self.progress = progress
+        self.last_report = None  # the report of the last query run through sql()
 
     # ---- lifecycle ----------------------------------------------------------------
     def close(self) -> None:
@@ -67,6 +71,8 @@ class Database:
         return self.catalog.add_video(path, name, rendition=rendition)
 
     def drop_video(self, name: str) -> None:
+        """Drop a video with its labels and indexes."""
+        self.indexes.drop_for_video(self.catalog.video_row(name)["name"])
         self.catalog.drop_video(name)
 
     def videos(self) -> pd.DataFrame:
@@ -84,6 +90,20 @@ class Database:
     def labels(self, video: str, oracle: str | None = None) -> LabelCache:
         """The durable label cache of a video (for its default oracle unless named)."""
         return self.catalog.label_cache(video, oracle)
+
+    def create_index(self, name: str, video: str, *, oracle: str | None = None, **options):
+        """Build a TASTI index (options: train, reps, k, seed, embedder, size, dim, triplets)."""
+        return self.indexes.create(name, video, options, oracle=oracle, progress=self.progress)
+
+    def proxy(self, video: str, statistic: str, *, index: str | None = None):
+        """Proxy scores of a frame statistic (e.g. "objects('car')") for every frame."""
+        cache = self.labels(video)
+        name, idx = self.indexes.for_video(self.catalog.video_row(video)["name"], index,
+                                           cache.oracle.identity)
+        if idx is None:
+            raise CatalogError(f"video {video!r} has no index for oracle {cache.oracle.name!r}: "
+                               f"CREATE INDEX ... ON {video} USING TASTI")
+        return idx.proxy(statistic)
 
     # ---- queries ------------------------------------------------------------------
     def sql(self, query: str):

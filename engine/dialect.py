@@ -1,0 +1,184 @@
+"""The vidql SQL dialect (docs/sql.md): text in, statement dataclasses out.
+
+No general SQL parser lives here: DuckDB's tokenizer finds the catalog statements and
+strips the vidql clauses; DuckDB's parser reads the SQL that is left. Every malformed
+input raises `QueryError` with a character position in the original text.
+
+Query kinds, decided in this order:
+
+1. RECALL TARGET / PRECISION TARGET / FIND RARE -> 'select_recall' / 'select_precision' /
+   'rare'. At most one of them; each needs ORACLE BUDGET n (no default: the budget is
+   what the user spends) and takes no ERROR WITHIN, GAP or LIMIT.
+2. ERROR WITHIN -> 'aggregate'. An ORACLE BUDGET with it caps the calls.
+3. GAP -> 'limit' (GAP needs LIMIT n).
+4. ORACLE BUDGET -> 'aggregate_budget' when the select list has an aggregate; 'limit'
+   when the query has LIMIT n (the budget caps the calls); an error otherwise.
+5. No clause, but LIMIT n on a frame selection -> 'limit': SQL lets LIMIT without ORDER
+   BY return any n matching rows, so frames ranked by proxy and confirmed by the oracle
+   are a correct answer. "Frame selection" means: one video table in FROM, a WHERE with a
+   conjunct over frame functions, no aggregate, GROUP BY, HAVING, DISTINCT, window,
+   ORDER BY or OFFSET, and a constant LIMIT >= 1. `... ORDER BY cars DESC LIMIT 5` or a
+   LIMIT without a frame-function WHERE is exact SQL.
+6. Otherwise 'exact'.
+
+Approximate aggregates read one video table, compute one AVG/SUM/COUNT that is a select
+item by itself, and may group by one expression (also allowed in the select list).
+Selections (kinds 'limit', 'select_*', 'rare') may select any columns. CONFIDENCE (default
+95%) goes with 'aggregate', 'aggregate_budget' and 'select_*' only; SEED with approximate
+kinds only; USING ORACLE / USING INDEX with any query.
+"""
+from __future__ import annotations
+
+from .dialect_catalog import is_catalog_statement, parse_catalog
+from .dialect_lex import Token, check_lexical, split_statements, tokenize
+from .dialect_query import parse_query
+from .dialect_statements import (DEFAULT_CONFIDENCE, INDEX_METHODS, ORACLE_KINDS, QUERY_KINDS,
+                                 Aggregate, Clauses, CreateIndex, CreateOracle, DropIndex,
+                                 DropVideo, LoadVideo, OutputColumn, PlainSQL, Query, SetOracle,
+                                 ShowIndexes, ShowOracles, ShowVideos, Statement)
+from .errors import QueryError
+
+__all__ = [
+    "parse", "parse_script", "describe", "Statement", "Query", "Clauses", "Aggregate",
+    "OutputColumn", "PlainSQL", "LoadVideo", "ShowVideos", "DropVideo", "CreateOracle",
+    "SetOracle", "ShowOracles", "CreateIndex", "ShowIndexes", "DropIndex", "QUERY_KINDS",
+    "ORACLE_KINDS", "INDEX_METHODS", "DEFAULT_CONFIDENCE",
+]
+
+
+def parse(query: str) -> Statement:
+    """Parse one statement (a trailing `;` is fine); several raise QueryError."""
+    statements = _statements(query)
+    if not statements:
+        raise QueryError("empty query", query, 0, hint="write a statement, e.g. SHOW VIDEOS")
+    if len(statements) > 1:
+        raise QueryError(f"expected one statement, found {len(statements)}", query,
+                         statements[1][0].start, hint="use parse_script for several statements")
+    return _parse_statement(query, statements[0])
+
+
+def parse_script(text: str) -> list[Statement]:
+    """Parse statements separated by `;` (split on DuckDB tokens, so `;` inside strings
+    and comments is kept). Error positions refer to the whole script."""
+    return [_parse_statement(text, tokens) for tokens in _statements(text)]
+
+
+def _statements(text: str) -> list[list[Token]]:
+    if not isinstance(text, str):
+        raise QueryError(f"a query is text, got {type(text).__name__}")
+    tokens = tokenize(text)
+    check_lexical(text, tokens)
+    return split_statements(tokens)
+
+
+def _parse_statement(text: str, tokens: list[Token]) -> Statement:
+    explain = tokens[0].word == "EXPLAIN"
+    if explain:
+        hint = "EXPLAIN takes a query: EXPLAIN SELECT ..."
+        if len(tokens) == 1:
+            raise QueryError("EXPLAIN needs a query", text, tokens[0].end, hint)
+        if tokens[1].word == "ANALYZE" or is_catalog_statement(tokens[1:]):
+            raise QueryError("EXPLAIN shows the plan of a query only", text, tokens[1].start, hint)
+    elif is_catalog_statement(tokens):
+        return parse_catalog(text, tokens)
+    query = parse_query(text, tokens, 1 if explain else 0, explain)
+    if query is not None:
+        return query
+    if explain:
+        raise QueryError("EXPLAIN shows the plan of a query only", text, tokens[1].start,
+                         "EXPLAIN takes a query: EXPLAIN SELECT ...")
+    return PlainSQL(text[tokens[0].start:tokens[-1].end])
+
+
+def describe(stmt: Statement) -> str:
+    """One line saying what a statement does (EXPLAIN and the shell show it)."""
+    if isinstance(stmt, Query):
+        return ("EXPLAIN " if stmt.explain else "") + _describe_query(stmt)
+    if isinstance(stmt, LoadVideo):
+        return f"load video '{stmt.path}' as {stmt.name}{_options(stmt.options)}"
+    if isinstance(stmt, ShowVideos):
+        return "list the videos"
+    if isinstance(stmt, DropVideo):
+        return f"drop video {stmt.name} with its labels and index" + _if_exists(stmt.if_exists)
+    if isinstance(stmt, CreateOracle):
+        return (f"create oracle {stmt.name} from {stmt.kind} '{stmt.source}'"
+                f"{_options(stmt.options)}")
+    if isinstance(stmt, SetOracle):
+        return f"make {stmt.oracle} the default oracle of video {stmt.video}"
+    if isinstance(stmt, ShowOracles):
+        return "list the oracles"
+    if isinstance(stmt, CreateIndex):
+        return f"build {stmt.method} index {stmt.name} on video {stmt.video}{_options(stmt.options)}"
+    if isinstance(stmt, ShowIndexes):
+        return "list the indexes"
+    if isinstance(stmt, DropIndex):
+        return f"drop index {stmt.name}" + _if_exists(stmt.if_exists)
+    if isinstance(stmt, PlainSQL):
+        return "DuckDB statement: " + _short(stmt.sql)
+    raise TypeError(f"not a statement: {stmt!r}")
+
+
+def _describe_query(q: Query) -> str:
+    c = q.clauses
+    frames = f"frames of {q.video}"
+    if q.restriction and q.kind != "exact":
+        frames += f" ({q.restriction})"
+    if q.predicate:
+        frames += f" where {q.predicate}"
+    budget = f", at most {c.budget} oracle calls" if c.budget is not None else ""
+    conf = f" at {_pct(q.confidence)} confidence" if q.confidence is not None else ""
+    if q.kind == "exact":
+        text = "exact query: " + _short(q.sql)
+        if q.frame_range or q.ts_range:
+            text += f" (labels {_range_text(q)})"
+    elif q.kind in ("aggregate", "aggregate_budget"):
+        agg = q.aggregate
+        target = f"{agg.func.upper()}({agg.argument or '*'}) over {frames}"
+        if q.group_by:
+            target += f" per {q.group_by}"
+        if q.kind == "aggregate":
+            bound = f"{_pct(c.error)} relative" if c.error_relative else f"{c.error:g} absolute"
+            text = f"estimate {target} within {bound} error{conf}{budget}"
+        else:
+            text = f"estimate {target}{budget}{conf}"
+    elif q.kind == "limit":
+        gap = f", at least {c.gap} frames apart" if c.gap else ""
+        text = f"find {q.limit} {frames}{gap}, ranked by proxy{budget}"
+    elif q.kind == "rare":
+        text = f"find rare {frames}{budget}"
+    else:
+        which, target = (("recall", c.recall_target) if q.kind == "select_recall"
+                         else ("precision", c.precision_target))
+        text = f"select {frames} with {which} >= {_pct(target)}{conf}{budget}"
+    extras = [f"oracle {c.oracle}" if c.oracle else "", f"index {c.index}" if c.index else "",
+              f"seed {c.seed}" if c.seed is not None else ""]
+    extras = [e for e in extras if e]
+    return text + (f" ({', '.join(extras)})" if extras else "")
+
+
+def _range_text(q: Query) -> str:
+    parts = []
+    if q.frame_range:
+        lo, hi = q.frame_range
+        parts.append(f"frames {lo}..{'' if hi is None else hi}")
+    if q.ts_range:
+        lo, hi = q.ts_range
+        parts.append(f"ts {'' if lo is None else f'{lo:g}'}..{'' if hi is None else f'{hi:g}'}")
+    return ", ".join(parts)
+
+
+def _pct(x: float) -> str:
+    return f"{x * 100:g}%"
+
+
+def _options(options: dict) -> str:
+    return " (" + ", ".join(f"{k}={v!r}" for k, v in options.items()) + ")" if options else ""
+
+
+def _if_exists(flag: bool) -> str:
+    return " if it exists" if flag else ""
+
+
+def _short(sql: str, width: int = 80) -> str:
+    one_line = " ".join(sql.split())
+    return one_line if len(one_line) <= width else one_line[:width - 3] + "..."

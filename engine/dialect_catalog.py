@@ -1,0 +1,119 @@
+"""Catalog statements of the dialect: LOAD/SHOW/DROP VIDEO, CREATE/SET/SHOW ORACLE,
+CREATE/SHOW/DROP INDEX. Statements DuckDB also knows (DROP INDEX aside) keep their
+DuckDB meaning: `LOAD httpfs`, `SET threads = 2`, `CREATE INDEX i ON t (col)`."""
+from __future__ import annotations
+
+from .dialect_lex import Cursor, Token
+from .dialect_statements import (ORACLE_KINDS, CreateIndex, CreateOracle, DropIndex, DropVideo,
+                                 INDEX_METHODS, LoadVideo, SetOracle, ShowIndexes, ShowOracles,
+                                 ShowVideos)
+
+USAGE = {
+    "LOAD VIDEO": "write LOAD VIDEO 'path/to/video.mp4' AS name [WITH (rendition = 128)]",
+    "DROP VIDEO": "write DROP VIDEO [IF EXISTS] name",
+    "CREATE ORACLE": ("write CREATE ORACLE name FROM ONNX|TORCHVISION|LABELS|PYTHON 'source' "
+                      "[WITH (key = value, ...)]"),
+    "SET ORACLE": "write SET ORACLE video = oracle",
+    "CREATE INDEX": ("write CREATE INDEX name ON video USING TASTI "
+                     "[WITH (train = 1000, reps = 2000, k = 5)]"),
+    "DROP INDEX": "write DROP INDEX [IF EXISTS] name",
+    "SHOW": "write SHOW VIDEOS, SHOW ORACLES or SHOW INDEXES",
+}
+
+
+def is_catalog_statement(tokens: list[Token]) -> bool:
+    """True when the statement's first words make it a vidql catalog statement."""
+    words = [t.word for t in tokens[:3]]
+    head = tuple(words[:2])
+    if head in (("LOAD", "VIDEO"), ("DROP", "VIDEO"), ("DROP", "INDEX"), ("CREATE", "ORACLE"),
+                ("SET", "ORACLE")):
+        return True
+    if head in (("SHOW", "VIDEOS"), ("SHOW", "ORACLES"), ("SHOW", "INDEXES")):
+        return True
+    if head == ("CREATE", "INDEX"):
+        # DuckDB's own index has a column list: CREATE INDEX i ON t [USING ART] (col)
+        return not any(t.kind == "operator" and t.text == "(" and tokens[k - 1].word != "WITH"
+                       for k, t in enumerate(tokens))
+    return False
+
+
+def parse_catalog(text: str, tokens: list[Token]):
+    """Parse a statement for which `is_catalog_statement` is true."""
+    c = Cursor(text, tokens)
+    first, second = c.next().word, c.next().word
+    if first == "SHOW":
+        stmt = {"VIDEOS": ShowVideos, "ORACLES": ShowOracles, "INDEXES": ShowIndexes}[second]()
+        _end(c, USAGE["SHOW"])
+        return stmt
+    key = f"{first} {second}"
+    hint = USAGE[key]
+    stmt = {"LOAD VIDEO": _load_video, "DROP VIDEO": _drop_video, "CREATE ORACLE": _create_oracle,
+            "SET ORACLE": _set_oracle, "CREATE INDEX": _create_index,
+            "DROP INDEX": _drop_index}[key](c, hint)
+    _end(c, hint)
+    return stmt
+
+
+def _end(c: Cursor, hint: str) -> None:
+    if not c.at_end():
+        raise c.error(f"unexpected {c.shown()} at the end of the statement", hint)
+
+
+def _load_video(c: Cursor, hint: str) -> LoadVideo:
+    path = c.string("the video's path", hint)
+    if not path:
+        raise c.error("the video's path is empty", hint, c.tokens[c.i - 1].start)
+    if not c.is_word("AS"):
+        raise c.error(f"LOAD VIDEO needs AS name after the path, got {c.shown()}", hint)
+    c.next()
+    name = c.name("a name for the video", hint)
+    options = c.options(hint) if c.accept("WITH") else {}
+    return LoadVideo(path, name, options)
+
+
+def _if_exists(c: Cursor) -> bool:
+    return c.accept("IF", "EXISTS")
+
+
+def _drop_video(c: Cursor, hint: str) -> DropVideo:
+    if_exists = _if_exists(c)
+    return DropVideo(c.name("the video's name", hint), if_exists)
+
+
+def _drop_index(c: Cursor, hint: str) -> DropIndex:
+    if_exists = _if_exists(c)
+    return DropIndex(c.name("the index's name", hint), if_exists)
+
+
+def _create_oracle(c: Cursor, hint: str) -> CreateOracle:
+    name = c.name("a name for the oracle", hint)
+    c.expect("FROM", hint)
+    kind_pos = c.here()
+    kind = c.name("the oracle kind (ONNX, TORCHVISION, LABELS or PYTHON)", hint).upper()
+    if kind not in ORACLE_KINDS:
+        raise c.error(f"unknown oracle kind {kind}", f"kinds: {', '.join(ORACLE_KINDS)}", kind_pos)
+    source = c.string("the oracle's source (a file, model name or module:Class)", hint)
+    options = c.options(hint) if c.accept("WITH") else {}
+    return CreateOracle(name, kind, source, options)
+
+
+def _set_oracle(c: Cursor, hint: str) -> SetOracle:
+    video = c.name("the video's name", hint)
+    if not (c.accept_op("=") or c.accept("TO")):
+        raise c.error(f"expected '=' after SET ORACLE {video}, got {c.shown()}", hint)
+    return SetOracle(video, c.name("the oracle's name", hint))
+
+
+def _create_index(c: Cursor, hint: str) -> CreateIndex:
+    name = c.name("a name for the index", hint)
+    c.expect("ON", hint)
+    video = c.name("the video's name", hint)
+    method = "TASTI"
+    if c.accept("USING"):
+        method_pos = c.here()
+        method = c.name("the index method", hint).upper()
+        if method not in INDEX_METHODS:
+            raise c.error(f"unknown index method {method}", f"vidql builds {', '.join(INDEX_METHODS)} "
+                          "indexes: " + hint, method_pos)
+    options = c.options(hint) if c.accept("WITH") else {}
+    return CreateIndex(name, video, method, options)

@@ -1,0 +1,839 @@
+"""Queries of the dialect: strip the vidql clauses with DuckDB's tokenizer, read the rest
+with DuckDB's parser (`json_serialize_sql`), decide the query kind and extract what the
+planner needs (video table, aggregate, frame predicate, frame/ts range, GROUP BY).
+
+The kind rule is documented on `vidql.engine.dialect`.
+"""
+from __future__ import annotations
+
+import json
+import math
+from bisect import bisect_left
+
+from .dialect_lex import CLOSE, OPEN, Cursor, Token, byte_to_char, connection
+from .dialect_statements import Aggregate, Clauses, OutputColumn, Query
+from .errors import QueryError
+from .framestat import FRAME_FUNCTIONS, parse_frame_expr
+
+TWO_WORD = {("ERROR", "WITHIN"): "error", ("ORACLE", "BUDGET"): "budget",
+            ("RECALL", "TARGET"): "recall", ("PRECISION", "TARGET"): "precision",
+            ("FIND", "RARE"): "rare", ("USING", "ORACLE"): "oracle", ("USING", "INDEX"): "index"}
+ONE_WORD = {"CONFIDENCE": "confidence", "GAP": "gap", "SEED": "seed"}
+NAMES = {"error": "ERROR WITHIN", "budget": "ORACLE BUDGET", "recall": "RECALL TARGET",
+         "precision": "PRECISION TARGET", "rare": "FIND RARE", "oracle": "USING ORACLE",
+         "index": "USING INDEX", "confidence": "CONFIDENCE", "gap": "GAP", "seed": "SEED",
+         "limit": "LIMIT", "offset": "OFFSET"}
+SECOND_WORDS = {"ERROR": ["WITHIN"], "ORACLE": ["BUDGET"], "RECALL": ["TARGET"],
+                "PRECISION": ["TARGET"], "FIND": ["RARE"], "USING": ["ORACLE", "INDEX"]}
+CLAUSE_HINT = ("vidql clauses come after the SQL: ERROR WITHIN x or x%, CONFIDENCE 95%, "
+               "ORACLE BUDGET n, LIMIT n GAP g, RECALL TARGET 90%, PRECISION TARGET 90%, "
+               "FIND RARE, USING ORACLE name, USING INDEX name, SEED n")
+APPROX_AGGREGATES = {"avg": "avg", "mean": "avg", "sum": "sum", "count": "count",
+                     "count_star": "count"}
+COMPARISONS = {"COMPARE_EQUAL": "=", "COMPARE_LESSTHAN": "<", "COMPARE_LESSTHANOREQUALTO": "<=",
+               "COMPARE_GREATERTHAN": ">", "COMPARE_GREATERTHANOREQUALTO": ">="}
+FLIPPED = {"=": "=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
+NO_LOCATION = 1 << 62
+
+
+def parse_query(text: str, tokens: list[Token], i0: int, explain: bool) -> Query | None:
+    """Parse the statement `tokens[i0:]` of `text`; None when DuckDB reads it as a
+    statement other than a query (and it has no vidql clause): plain SQL."""
+    tail = _tail_start(text, tokens, i0)
+    clauses, positions, limit_spans = _read_tail(text, tokens, i0, tail)
+    body = (tokens[i0].start, tokens[tail - 1].end)
+    pieces, sql = _assemble(text, body, limit_spans)
+    node = _duckdb_ast(text, sql, pieces, tokens)
+    if node is None:
+        if positions:
+            first = min(positions.values())
+            raise QueryError("vidql clauses apply to SELECT queries only", text, first,
+                             hint="remove them, or put them on a SELECT")
+        return None
+    analysis = _Analysis(text, tokens[i0:], sql, pieces, node)
+    return analysis.query(clauses, positions, explain, text[tokens[0].start:tokens[-1].end])
+
+
+# ---------------------------------------------------------------- clauses (token level)
+
+def _clause_at(tokens: list[Token], j: int, in_tail: bool) -> tuple[str, int] | None:
+    """The clause starting at tokens[j], as (key, keyword count), or None. Outside the
+    tail, CONFIDENCE/GAP/SEED count only when a number follows (else they are names)."""
+    word = tokens[j].word
+    if word is None:
+        return None
+    nxt = tokens[j + 1] if j + 1 < len(tokens) else None
+    if nxt is not None and (word, nxt.word) in TWO_WORD:
+        return TWO_WORD[(word, nxt.word)], 2
+    if word in ONE_WORD and (in_tail or (nxt is not None and nxt.kind == "number")):
+        return ONE_WORD[word], 1
+    if in_tail and word in ("LIMIT", "OFFSET"):
+        return word.lower(), 1
+    return None
+
+
+def _tail_start(text: str, tokens: list[Token], i0: int) -> int:
+    """Index of the first vidql clause at parenthesis depth 0 (len(tokens) if none)."""
+    depth = 0
+    for j in range(i0, len(tokens)):
+        tok = tokens[j]
+        if tok.kind == "operator" and tok.text in OPEN:
+            depth += 1
+        elif tok.kind == "operator" and tok.text in CLOSE:
+            depth = max(depth - 1, 0)
+        elif j > i0:
+            hit = _clause_at(tokens, j, in_tail=False)
+            if hit and depth == 0:
+                return j
+            if hit and hit[1] == 2:
+                raise QueryError(f"{NAMES[hit[0]]} inside parentheses", text, tok.start,
+                                 hint="vidql clauses go at the end of the outermost query")
+    return len(tokens)
+
+
+def _read_tail(text, tokens, i0, tail):
+    """Parse the clauses of tokens[tail:]; LIMIT/OFFSET there are kept as SQL spans."""
+    values: dict = {}
+    positions: dict[str, int] = {}
+    limit_spans: list[tuple[int, int]] = []
+    in_body = {t.word for t in _depth_zero(tokens[i0:tail])} & {"LIMIT", "OFFSET"}
+    j = tail
+    while j < len(tokens):
+        hit = _clause_at(tokens, j, in_tail=True)
+        tok = tokens[j]
+        if hit is None:
+            _unexpected(text, tokens, j)
+        key, width = hit
+        if key in positions or key.upper() in in_body:
+            raise QueryError(f"{NAMES[key]} given twice", text, tok.start, hint=CLAUSE_HINT)
+        positions[key] = tok.start
+        if key in ("limit", "offset"):
+            k = j + 1
+            depth = 0
+            while k < len(tokens) and not (depth == 0 and _clause_at(tokens, k, True)):
+                if tokens[k].kind == "operator" and tokens[k].text in OPEN:
+                    depth += 1
+                elif tokens[k].kind == "operator" and tokens[k].text in CLOSE:
+                    depth -= 1
+                k += 1
+            if k == j + 1:
+                raise QueryError(f"{NAMES[key]} needs a number", text, tok.end,
+                                 hint=f"write {NAMES[key]} 10")
+            limit_spans.append((tok.start, tokens[k - 1].end))
+            j = k
+            continue
+        cursor = Cursor(text, tokens, j + width)
+        values[key] = _READERS[key](cursor)
+        j = cursor.i
+    return _clauses(values), positions, limit_spans
+
+
+def _depth_zero(tokens: list[Token]):
+    depth = 0
+    for tok in tokens:
+        if tok.kind == "operator" and tok.text in OPEN:
+            depth += 1
+        elif tok.kind == "operator" and tok.text in CLOSE:
+            depth -= 1
+        elif depth == 0:
+            yield tok
+
+
+def _unexpected(text: str, tokens: list[Token], j: int):
+    tok = tokens[j]
+    if tok.word in SECOND_WORDS:
+        options = " or ".join(f"{tok.word} {w}" for w in SECOND_WORDS[tok.word])
+        nxt = tokens[j + 1] if j + 1 < len(tokens) else None
+        shown = repr(nxt.text) if nxt else "the end of the query"
+        raise QueryError(f"expected {options}, got {tok.text} {shown}", text,
+                         nxt.start if nxt else tok.end, hint=CLAUSE_HINT)
+    raise QueryError(f"unexpected {tok.text!r} after the vidql clauses", text, tok.start,
+                     hint=CLAUSE_HINT)
+
+
+def _clauses(values: dict) -> Clauses:
+    error = values.get("error")
+    return Clauses(error=error[0] if error else None, error_relative=bool(error and error[1]),
+                   confidence=values.get("confidence"), budget=values.get("budget"),
+                   gap=values.get("gap"), recall_target=values.get("recall"),
+                   precision_target=values.get("precision"), find_rare="rare" in values,
+                   oracle=values.get("oracle"), index=values.get("index"),
+                   seed=values.get("seed"))
+
+
+def _read_error(c: Cursor) -> tuple[float, bool]:
+    hint = "write ERROR WITHIN 0.1 (absolute, on the per-frame mean) or ERROR WITHIN 5% (relative)"
+    value, num, percent = c.number("ERROR WITHIN", hint)
+    if percent:
+        if not 0.0 < value < 100.0:
+            raise c.error(f"ERROR WITHIN {num.text}% is outside (0%, 100%)", hint, num.start)
+        return value / 100.0, True
+    if not value > 0.0 or not math.isfinite(value):
+        raise c.error(f"ERROR WITHIN {num.text} must be a positive number", hint, num.start)
+    return value, False
+
+
+def _fraction_reader(name: str, upper_inclusive: bool):
+    def read(c: Cursor) -> float:
+        ok_range = "(0%, 100%]" if upper_inclusive else "(0%, 100%)"
+        hint = f"{name} is a percentage in {ok_range}: write e.g. 95% or 0.95"
+        value, num, percent = c.number(name, hint)
+        if not percent and value > 1.0:
+            raise c.error(f"{name} {num.text} is not a fraction", hint=(
+                f"write {num.text}% or {value / 100:g}" if value <= 100 else hint),
+                position=num.start)
+        fraction = value / 100.0 if percent else value
+        shown = num.text + ("%" if percent else "")
+        if not (0.0 < fraction < 1.0 or (upper_inclusive and fraction == 1.0)):
+            raise c.error(f"{name} {shown} is outside {ok_range}", hint, num.start)
+        return fraction
+    return read
+
+
+def _count_reader(name: str, minimum: int, what: str):
+    def read(c: Cursor) -> int:
+        hint = f"{name} takes {what}"
+        value, num, percent = c.number(name, hint)
+        if percent:
+            raise c.error(f"{name} takes a whole number, not a percentage", hint, num.start)
+        if not num.text.lstrip("+- ").replace("_", "").isdigit():
+            raise c.error(f"{name} {num.text} is not a whole number", hint, num.start)
+        if value < minimum:
+            raise c.error(f"{name} {num.text} is below {minimum}", hint, num.start)
+        return int(value)
+    return read
+
+
+def _name_reader(name: str):
+    def read(c: Cursor) -> str:
+        return c.name(f"a name after {name}", hint=f"write {name} name")
+    return read
+
+
+_READERS = {
+    "error": _read_error,
+    "confidence": _fraction_reader("CONFIDENCE", upper_inclusive=False),
+    "recall": _fraction_reader("RECALL TARGET", upper_inclusive=True),
+    "precision": _fraction_reader("PRECISION TARGET", upper_inclusive=True),
+    "budget": _count_reader("ORACLE BUDGET", 1, "a positive whole number of oracle calls"),
+    "gap": _count_reader("GAP", 0, "a whole number of frames >= 0"),
+    "seed": _count_reader("SEED", 0, "a whole number >= 0"),
+    "rare": lambda c: True,
+    "oracle": _name_reader("USING ORACLE"),
+    "index": _name_reader("USING INDEX"),
+}
+
+
+# ---------------------------------------------------------------- SQL text and DuckDB's AST
+
+def _assemble(text: str, body: tuple[int, int], limit_spans):
+    """The SQL (body + LIMIT/OFFSET moved from the tail) and its pieces: (sql offset,
+    original offset, length) for mapping positions back to the original text."""
+    pieces = [(0, body[0], body[1] - body[0])]
+    sql = text[body[0]:body[1]]
+    for start, end in limit_spans:
+        sql += " "
+        pieces.append((len(sql), start, end - start))
+        sql += text[start:end]
+    return pieces, sql
+
+
+def _to_original(pieces, sql_char: int) -> int:
+    for sql_start, orig_start, length in reversed(pieces):
+        if sql_char >= sql_start:
+            return orig_start + min(sql_char - sql_start, length)
+    return pieces[0][1]
+
+
+def _duckdb_ast(text, sql, pieces, tokens) -> dict | None:
+    """DuckDB's AST of the one SELECT in `sql`; None for a statement of another type."""
+    try:
+        raw = connection().execute("SELECT json_serialize_sql(?)", [sql]).fetchone()[0]
+        result = json.loads(raw)
+    except Exception as exc:  # duckdb.Error or a malformed serialization: still user input
+        raise QueryError(f"DuckDB cannot parse the query: {exc}", text, pieces[0][1]) from None
+    if not result.get("error"):
+        statements = result.get("statements", [])
+        if len(statements) != 1:
+            raise QueryError("expected one query", text, pieces[0][1])
+        return statements[0]["node"]
+    message = result.get("error_message", "syntax error")
+    if result.get("error_type") == "not implemented" and "Only SELECT" in message:
+        return None
+    try:
+        position = _to_original(pieces, byte_to_char(sql)(int(result.get("position", 0))))
+    except ValueError:
+        position = pieces[0][1]
+    at = [t for t in tokens if t.start <= position < max(t.end, t.start + 1)]
+    hint = CLAUSE_HINT if at and at[0].word in set(ONE_WORD) | set(SECOND_WORDS) else None
+    raise QueryError(f"SQL syntax error: {message}", text, position, hint)
+
+
+def _children(node):
+    """Every dict directly or indirectly inside `node` (lists followed), depth-first."""
+    stack = [node]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            yield item
+            stack.extend(reversed(list(item.values())))
+        elif isinstance(item, list):
+            stack.extend(reversed(item))
+
+
+def _expressions(node, into_subqueries: bool = False):
+    """Expression nodes in `node`; subqueries are not entered unless asked."""
+    stack = [node]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            if "class" in item:
+                yield item
+                if item["class"] == "SUBQUERY" and not into_subqueries:
+                    continue
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+
+
+def _is_frame_call(expr: dict) -> bool:
+    return (expr.get("class") == "FUNCTION" and not expr.get("schema")
+            and expr.get("function_name", "").lower() in FRAME_FUNCTIONS)
+
+
+def _uses_frame_functions(node) -> bool:
+    return any(_is_frame_call(e) for e in _expressions(node, into_subqueries=True))
+
+
+def _and_parts(node) -> list[dict]:
+    if node is None:
+        return []
+    if node.get("class") == "CONJUNCTION" and node.get("type") == "CONJUNCTION_AND":
+        return [part for child in node["children"] for part in _and_parts(child)]
+    return [node]
+
+
+def _numeric_constant(node) -> float | None:
+    if not isinstance(node, dict) or node.get("class") != "CONSTANT":
+        return None
+    literal = node.get("literal") or {}
+    if literal.get("kind") in ("STRING", "VARCHAR", "BOOLEAN", "NULL", "BLOB"):
+        return None
+    try:
+        value = float(literal.get("text", ""))
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _aggregate_names() -> frozenset[str]:
+    global _AGGREGATES
+    if _AGGREGATES is None:
+        rows = connection().execute("SELECT DISTINCT function_name FROM duckdb_functions() "
+                                    "WHERE function_type = 'aggregate'").fetchall()
+        _AGGREGATES = frozenset(r[0].lower() for r in rows) | {"count_star"}
+    return _AGGREGATES
+
+
+_AGGREGATES: frozenset[str] | None = None
+
+
+class _Analysis:
+    """One query's AST with the original text: spans, shape checks, the kind rule."""
+
+    def __init__(self, text, tokens, sql, pieces, node):
+        self.text = text
+        self.tokens = tokens
+        self.starts = [t.start for t in tokens]
+        self.sql = sql
+        self.pieces = pieces
+        self.to_char = byte_to_char(sql)
+        self.node = node
+        self.select = node if node.get("type") == "SELECT_NODE" else None
+        self.cte_names = {entry["key"].lower() for d in _children(node)
+                          if isinstance(d.get("cte_map"), dict)
+                          for entry in d["cte_map"].get("map", [])}
+
+    # ---- positions and text
+
+    def span(self, node) -> tuple[int, int]:
+        """Character span of `node` in the original text: the union of the locations of
+        the node and its sub-nodes, widened to whole tokens and balanced parentheses."""
+        lo, hi = None, None
+        for d in _children(node):
+            loc = d.get("query_location")
+            if loc is None or loc >= NO_LOCATION:
+                continue
+            start = self.to_char(loc)
+            end = self.to_char(loc + (d.get("query_location_length") or 0))
+            lo = start if lo is None else min(lo, start)
+            hi = end if hi is None else max(hi, end)
+        if lo is None:
+            return self.tokens[0].start, self.tokens[0].start
+        return self._balanced(_to_original(self.pieces, lo), _to_original(self.pieces, hi))
+
+    def _balanced(self, start: int, end: int) -> tuple[int, int]:
+        toks = self.tokens
+        a = bisect_left(self.starts, start)
+        b = bisect_left(self.starts, max(end, start + 1)) - 1
+        if a >= len(toks) or b < a:
+            return start, end
+        depth = low = 0
+        for k in range(a, b + 1):
+            depth += _paren(toks[k])
+            low = min(low, depth)
+        need = -low
+        while need > 0 and a > 0:
+            a -= 1
+            need -= _paren(toks[a])
+        need = depth - low
+        while need > 0 and b + 1 < len(toks):
+            b += 1
+            need += _paren(toks[b])
+        return toks[a].start, max(end, toks[b].end)
+
+    def grouped_span(self, node) -> tuple[int, int]:
+        """span() plus any parentheses written around the whole node."""
+        start, end = self.span(node)
+        toks = self.tokens
+        a = bisect_left(self.starts, start)
+        b = bisect_left(self.starts, end) - 1
+        while (0 < a and b + 1 < len(toks) and toks[a - 1].text == "("
+               and toks[b + 1].text == ")" and toks[a - 1].kind == toks[b + 1].kind == "operator"):
+            a, b = a - 1, b + 1
+        return toks[a].start, toks[b].end
+
+    def text_of(self, node, grouped: bool = False) -> str:
+        start, end = self.grouped_span(node) if grouped else self.span(node)
+        return self.text[start:end]
+
+    def pos(self, node) -> int:
+        return self.span(node)[0]
+
+    def fail(self, message: str, position: int, hint: str | None = None):
+        raise QueryError(message, self.text, position, hint)
+
+    # ---- the query
+
+    def query(self, clauses: Clauses, positions: dict, explain: bool, statement: str) -> Query:
+        self.clauses, self.positions = clauses, positions
+        kind = self._kind()
+        self._check_clause_use(kind)
+        fields = dict(sql=self.sql, kind=kind, clauses=clauses, explain=explain, text=statement,
+                      tables=self._tables(), columns=self._columns())
+        if self.select is not None:
+            fields["limit"] = self._limit()[0]
+        if kind == "exact":
+            fields.update(self._exact_where())
+        else:
+            fields.update(self._approximate(kind))
+        return Query(**fields)
+
+    def _kind(self) -> str:
+        c, at = self.clauses, self.positions
+        chosen = [k for k in ("recall", "precision", "rare") if k in at]
+        if len(chosen) > 1:
+            first, second = sorted(chosen, key=at.get)[:2]
+            self.fail(f"{NAMES[first]} and {NAMES[second]} cannot be combined", at[second],
+                      "a query asks for one guarantee; run two queries")
+        if chosen:
+            key = chosen[0]
+            for other in ("error", "gap", "limit"):
+                if other in at:
+                    self.fail(f"{NAMES[other]} does not combine with {NAMES[key]}", at[other],
+                              f"{NAMES[key]} returns every frame it finds; drop {NAMES[other]}")
+            if c.budget is None:
+                self.fail(f"{NAMES[key]} needs ORACLE BUDGET n", at[key],
+                          f"add e.g. ORACLE BUDGET 1000: the oracle calls {NAMES[key]} may spend")
+            self._selection_shape(key, require_limit=False)
+            return {"recall": "select_recall", "precision": "select_precision", "rare": "rare"}[key]
+        if c.error is not None:
+            if "gap" in at:
+                self.fail("GAP does not combine with ERROR WITHIN", at["gap"],
+                          "GAP spaces the frames of a LIMIT query")
+            self._aggregate_shape("error")
+            return "aggregate"
+        if c.gap is not None:
+            self._selection_shape("gap", require_limit=True)
+            return "limit"
+        if c.budget is not None:
+            if self._has_aggregate():
+                self._aggregate_shape("budget")
+                return "aggregate_budget"
+            if self._limit()[1] is not None:
+                self._selection_shape("budget", require_limit=True)
+                return "limit"
+            self.fail("ORACLE BUDGET needs an aggregate (AVG, SUM, COUNT), LIMIT n, "
+                      "RECALL TARGET, PRECISION TARGET or FIND RARE", at["budget"], CLAUSE_HINT)
+        if (self._limit()[1] is not None
+                and self._selection_problem(True, "LIMIT", self.tokens[0].start) is None
+                and self._frame_calls_are_valid()):
+            return "limit"
+        return "exact"
+
+    def _frame_calls_are_valid(self) -> bool:
+        """False when a WHERE call named like a frame function is not one (e.g. DuckDB's
+        own contains(name, 'x')): such a query stays plain, exact SQL."""
+        predicate, _ = self._split_where()
+        try:
+            for part in predicate:
+                parse_frame_expr(self.text_of(part))
+        except QueryError:
+            return False
+        return True
+
+    def _check_clause_use(self, kind: str) -> None:
+        at = self.positions
+        if "confidence" in at and kind not in ("aggregate", "aggregate_budget", "select_recall",
+                                               "select_precision"):
+            self.fail("CONFIDENCE needs ERROR WITHIN, ORACLE BUDGET on an aggregate, "
+                      "RECALL TARGET or PRECISION TARGET", at["confidence"],
+                      "CONFIDENCE states how sure an interval or target is; this query has none")
+        if "seed" in at and kind == "exact":
+            self.fail("SEED applies to approximate queries only", at["seed"],
+                      "an exact query has no randomness; drop SEED")
+
+    # ---- shapes
+
+    def _has_aggregate(self) -> bool:
+        s = self.select
+        if s is None:
+            return False
+        return bool(self._aggregates() or s.get("group_expressions") or s.get("having")
+                    or s.get("aggregate_handling") == "FORCE_AGGREGATES")
+
+    def _aggregates(self) -> list[tuple[int, dict, bool]]:
+        """(select item index, aggregate call, nested inside the item) for each aggregate."""
+        names = _aggregate_names()
+        found = []
+        for index, item in enumerate(self.select.get("select_list", [])):
+            for expr in _expressions(item):
+                if (expr.get("class") == "FUNCTION" and not expr.get("schema")
+                        and expr.get("function_name", "").lower() in names):
+                    found.append((index, expr, expr is not item))
+        return found
+
+    def _modifiers(self) -> dict:
+        mods = {}
+        for mod in (self.select or self.node).get("modifiers", []):
+            if mod["type"] == "ORDER_MODIFIER" and mod.get("orders"):
+                mods["order"] = mod
+            elif mod["type"] == "DISTINCT_MODIFIER":
+                mods["distinct"] = mod
+            elif "LIMIT" in mod["type"]:
+                mods["limit"] = mod
+        return mods
+
+    def _limit(self) -> tuple[int | None, dict | None]:
+        """(LIMIT n when a constant integer row count, the LIMIT modifier)."""
+        mod = self._modifiers().get("limit")
+        if mod is None:
+            return None, None
+        limit = mod.get("limit")
+        value = _numeric_constant(limit)
+        literal = (limit or {}).get("literal") or {}
+        if (value is None or mod.get("limit_type", "ROW_COUNT") != "ROW_COUNT"
+                or not str(literal.get("text", "")).lstrip("-").isdigit()):
+            return None, mod
+        return int(value), mod
+
+    def _video_problem(self, clause: str) -> tuple[str, int] | None:
+        s = self.select
+        start = self.tokens[0].start
+        if s is None:
+            return f"{clause} needs a single SELECT (no UNION, INTERSECT or EXCEPT)", start
+        if self.cte_names:
+            return f"{clause} does not support WITH (common table expressions)", start
+        table = s.get("from_table") or {}
+        if table.get("type") != "BASE_TABLE":
+            where = self.pos(table) if table.get("query_location", NO_LOCATION) < NO_LOCATION \
+                else start
+            return f"{clause} reads one video table: FROM must name a single video", where
+        if table.get("schema_name") or table.get("catalog_name"):
+            return (f"{clause} reads a video table, not "
+                    f"{'.'.join(table['qualified_name']['path'])}", self.pos(table))
+        if table.get("sample"):
+            return f"{clause} does its own sampling: drop USING SAMPLE", self.pos(table)
+        return None
+
+    def _shape_problem(self, clause: str) -> tuple[str, int] | None:
+        """Problems shared by all approximate kinds."""
+        problem = self._video_problem(clause)
+        if problem:
+            return problem
+        s = self.select
+        mods = self._modifiers()
+        for key, what in (("having", "HAVING"), ("qualify", "QUALIFY"), ("sample", "USING SAMPLE")):
+            if s.get(key):
+                return f"{clause} does not support {what}", self.pos(s[key]) \
+                    if key != "sample" else self.tokens[0].start
+        for expr in _expressions(s.get("select_list", [])):
+            if expr.get("class") == "WINDOW":
+                return f"{clause} does not support window functions", self.pos(expr)
+        if "distinct" in mods:
+            return f"{clause} does not support SELECT DISTINCT", self.tokens[0].start
+        if "order" in mods:
+            return (f"{clause} does not support ORDER BY; order the result instead",
+                    self.pos(mods["order"]["orders"][0]["expression"]))
+        return None
+
+    def _selection_problem(self, require_limit: bool, clause: str,
+                           at: int) -> tuple[str, int] | None:
+        """Why this is not a frame selection for `clause` (written at `at`), or None."""
+        problem = self._shape_problem(clause)
+        if problem:
+            return problem
+        if self._has_aggregate():
+            aggregates = self._aggregates()
+            where = self.pos(aggregates[0][1]) if aggregates else at
+            return f"{clause} selects frames: it does not take aggregates or GROUP BY", where
+        value, mod = self._limit()
+        limit_at = self.positions.get("limit", self.pos(mod["limit"]) if mod and mod.get("limit")
+                                      else at)
+        if require_limit:
+            if mod is None:
+                return f"{clause} needs LIMIT n", at
+            if mod.get("offset"):
+                return f"{clause} does not support OFFSET", self.pos(mod["offset"])
+            if value is None or value < 1:
+                return "LIMIT needs a positive whole number here", limit_at
+        elif mod is not None:
+            return f"LIMIT does not combine with {clause}", limit_at
+        if not any(_uses_frame_functions(p) for p in _and_parts(self.select.get("where_clause"))):
+            return (f"{clause} needs a WHERE condition on frame functions, "
+                    "e.g. WHERE contains('bus')"), at
+        return None
+
+    def _selection_shape(self, key: str, require_limit: bool) -> None:
+        problem = self._selection_problem(require_limit, NAMES[key], self.positions[key])
+        if problem:
+            message, where = problem
+            hint = ("write e.g. LIMIT 10 GAP 300" if "LIMIT" in message and key == "gap"
+                    else "write LIMIT n with a whole number n >= 1" if "LIMIT needs" in message
+                    else None)
+            self.fail(message, where, hint)
+
+    def _aggregate_shape(self, key: str) -> None:
+        clause, at = NAMES[key], self.positions[key]
+        problem = self._shape_problem(clause)
+        if problem:
+            self.fail(*problem)
+        value, mod = self._limit()
+        if mod is not None:
+            self.fail(f"LIMIT does not combine with {clause}",
+                      self.positions.get("limit", self.pos(mod["limit"]) if mod.get("limit")
+                                         else at))
+        if not self._aggregates():
+            self.fail(f"{clause} needs an aggregate in the select list", at,
+                      "e.g. SELECT AVG(objects('car')) FROM night " + clause + " ...")
+
+    # ---- extraction
+
+    def _tables(self) -> tuple[str, ...]:
+        names = []
+        for d in _children(self.node):
+            if d.get("type") == "BASE_TABLE" and "table_name" in d:
+                parts = [p for p in (d.get("catalog_name"), d.get("schema_name"),
+                                     d.get("table_name")) if p]
+                name = ".".join(parts)
+                if len(parts) == 1 and name.lower() in self.cte_names:
+                    continue
+                if name not in names:
+                    names.append(name)
+        return tuple(names)
+
+    def _columns(self) -> tuple[OutputColumn, ...]:
+        if self.select is None:
+            return ()
+        columns = []
+        for item in self.select.get("select_list", []):
+            if item.get("class") == "STAR" and item.get("query_location", NO_LOCATION) >= NO_LOCATION:
+                text = (item.get("relation_name") + ".*") if item.get("relation_name") else "*"
+            else:
+                text = self.text_of(item)
+            columns.append(OutputColumn(text, item.get("alias") or None))
+        return tuple(columns)
+
+    def _single_table(self) -> dict | None:
+        if self.select is None:
+            return None
+        table = self.select.get("from_table") or {}
+        return table if table.get("type") == "BASE_TABLE" else None
+
+    def _split_where(self):
+        """(predicate parts, restriction parts) of the WHERE clause's top-level ANDs."""
+        parts = _and_parts(self.select.get("where_clause"))
+        predicate = [p for p in parts if _uses_frame_functions(p)]
+        restriction = [p for p in parts if not _uses_frame_functions(p)]
+        return predicate, restriction
+
+    def _joined(self, parts) -> str | None:
+        if not parts:
+            return None
+        if len(parts) == 1:
+            return self.text_of(parts[0])
+        return " AND ".join(self.text_of(p, grouped=True) for p in parts)
+
+    def _exact_where(self) -> dict:
+        table = self._single_table()
+        if table is None:
+            return {}
+        _, restriction = self._split_where()
+        frame_range, ts_range = self._ranges(restriction, table)
+        video = None
+        if not (table.get("schema_name") or table.get("catalog_name")) \
+                and table["table_name"].lower() not in self.cte_names:
+            video = table["table_name"]
+        return dict(video=video, restriction=self._joined(restriction), frame_range=frame_range,
+                    ts_range=ts_range)
+
+    def _ranges(self, parts, table):
+        qualifiers = {table["table_name"].lower()} | ({table["alias"].lower()}
+                                                      if table.get("alias") else set())
+        bounds = {"frame": [], "ts": []}
+        for part in parts:
+            for column, op, value in self._simple_bounds(part, qualifiers):
+                bounds[column].append((op, value))
+        return _frame_range(bounds["frame"]), _ts_range(bounds["ts"])
+
+    @staticmethod
+    def _simple_bounds(node, qualifiers) -> list[tuple[str, str, float]]:
+        def column(ref):
+            if not isinstance(ref, dict) or ref.get("class") != "COLUMN_REF":
+                return None
+            names = [n.lower() for n in ref.get("column_names", [])]
+            if len(names) == 2 and names[0] in qualifiers:
+                names = names[1:]
+            return names[0] if len(names) == 1 and names[0] in ("frame", "ts") else None
+
+        if node.get("class") == "COMPARISON" and node.get("type") in COMPARISONS:
+            op = COMPARISONS[node["type"]]
+            left, right = node.get("left"), node.get("right")
+            if column(left) and _numeric_constant(right) is not None:
+                return [(column(left), op, _numeric_constant(right))]
+            if column(right) and _numeric_constant(left) is not None:
+                return [(column(right), FLIPPED[op], _numeric_constant(left))]
+        if node.get("class") == "BETWEEN" and column(node.get("input")):
+            lo, hi = _numeric_constant(node.get("lower")), _numeric_constant(node.get("upper"))
+            if lo is not None and hi is not None:
+                name = column(node["input"])
+                return [(name, ">=", lo), (name, "<=", hi)]
+        return []
+
+    def _approximate(self, kind: str) -> dict:
+        table = self.select["from_table"]
+        predicate, restriction = self._split_where()
+        frame_range, ts_range = self._ranges(restriction, table)
+        fields = dict(video=table["table_name"], restriction=self._joined(restriction), frame_range=frame_range,
+                      ts_range=ts_range)
+        if predicate:
+            for part in predicate:  # one by one, so that errors point at the right place
+                start, end = self.span(part)
+                parse_frame_expr(self.text[start:end], start, self.text)
+            fields["predicate"] = self._joined(predicate)
+            fields["predicate_expr"] = parse_frame_expr(fields["predicate"])
+        if kind in ("aggregate", "aggregate_budget"):
+            fields.update(self._aggregate_fields())
+        return fields
+
+    def _aggregate_fields(self) -> dict:
+        aggregates = self._aggregates()
+        if len(aggregates) > 1:
+            self.fail("an approximate query computes one aggregate", self.pos(aggregates[1][1]),
+                      "run one query per aggregate")
+        index, call, nested = aggregates[0]
+        items = self.select["select_list"]
+        if nested:
+            self.fail("the aggregate must be a select item by itself", self.pos(items[index]),
+                      "e.g. SELECT AVG(objects('car')) AS cars; compute on the result instead")
+        name = call["function_name"].lower()
+        func = APPROX_AGGREGATES.get(name)
+        if func is None:
+            self.fail(f"{name.upper()} cannot be approximated", self.pos(call),
+                      "use AVG, SUM or COUNT")
+        if call.get("distinct") or call.get("filter") or (call.get("order_bys") or {}).get("orders"):
+            self.fail(f"{name.upper()} with DISTINCT, FILTER or ORDER BY cannot be approximated",
+                      self.pos(call), "use a WHERE condition instead of FILTER")
+        args = [a["expression"] if "expression" in a else a for a in call.get("arguments", [])]
+        if len(args) > 1 or (func != "count" and len(args) != 1):
+            self.fail(f"{name.upper()} takes one argument", self.pos(call))
+        argument = expr = None
+        if args and not (args[0].get("class") == "STAR"):
+            start, end = self.span(args[0])
+            argument = self.text[start:end]
+            expr = parse_frame_expr(argument, start, self.text)
+        fields = dict(aggregate=Aggregate(func, argument, expr))
+        fields.update(self._group_fields(index))
+        return fields
+
+    def _group_fields(self, aggregate_index: int) -> dict:
+        s = self.select
+        items = s["select_list"]
+        groups = s.get("group_expressions") or []
+        if s.get("aggregate_handling") == "FORCE_AGGREGATES":
+            self.fail("GROUP BY ALL is not supported in approximate queries", self.tokens[0].start,
+                      "write the GROUP BY expression, e.g. GROUP BY contains('bus')")
+        if len(groups) > 1:
+            self.fail("an approximate aggregate groups by at most one expression",
+                      self.pos(groups[1]))
+        group_item = None
+        group_node = groups[0] if groups else None
+        if group_node is not None:
+            ordinal = _numeric_constant(group_node)
+            if ordinal is not None and float(ordinal).is_integer() and 1 <= ordinal <= len(items):
+                group_item = int(ordinal) - 1
+            elif group_node.get("class") == "COLUMN_REF" and len(group_node["column_names"]) == 1:
+                name = group_node["column_names"][0].lower()
+                group_item = next((k for k, it in enumerate(items)
+                                   if (it.get("alias") or "").lower() == name), None)
+            if group_item == aggregate_index:
+                self.fail("GROUP BY cannot name the aggregate", self.pos(group_node))
+            if group_item is not None:
+                group_node = items[group_item]
+        group_text = self.text_of(group_node) if group_node is not None else None
+        for k, item in enumerate(items):
+            if k in (aggregate_index, group_item):
+                continue
+            if group_text is None or _normal(self.text_of(item)) != _normal(group_text):
+                self.fail("an approximate aggregate returns the aggregate and the GROUP BY "
+                          "expression only", self.pos(item),
+                          "remove this column or GROUP BY it")
+        if group_node is None:
+            return {}
+        start = self.span(group_node)[0]
+        return dict(group_by=group_text, group_expr=parse_frame_expr(group_text, start, self.text))
+
+
+def _paren(tok: Token) -> int:
+    if tok.kind != "operator":
+        return 0
+    return 1 if tok.text in OPEN else -1 if tok.text in CLOSE else 0
+
+
+def _normal(sql: str) -> str:
+    return "".join(sql.split()).lower()
+
+
+def _frame_range(bounds) -> tuple[int, int | None] | None:
+    if not bounds:
+        return None
+    lo, hi = 0, None
+    for op, v in bounds:
+        if op in (">", ">=", "="):
+            lo = max(lo, math.floor(v) + 1 if op == ">" else math.ceil(v))
+        if op in ("<", "<=", "="):
+            top = math.ceil(v) - 1 if op == "<" else math.floor(v)
+            hi = top if hi is None else min(hi, top)
+    return lo, hi
+
+
+def _ts_range(bounds) -> tuple[float | None, float | None] | None:
+    if not bounds:
+        return None
+    lo = hi = None
+    for op, v in bounds:
+        if op in (">", ">=", "="):
+            lo = v if lo is None else max(lo, v)
+        if op in ("<", "<=", "="):
+            hi = v if hi is None else min(hi, v)
+    return lo, hi

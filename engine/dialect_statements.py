@@ -1,0 +1,174 @@
+"""Statements of the vidql dialect: what `vidql.engine.dialect.parse` returns.
+
+Pure data: names are as written (double quotes removed), option keys lower-case,
+percentages already turned into fractions (95% -> 0.95).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .framestat import FrameExpr
+
+ORACLE_KINDS = ("ONNX", "TORCHVISION", "LABELS", "PYTHON")
+INDEX_METHODS = ("TASTI",)
+QUERY_KINDS = ("exact", "aggregate", "aggregate_budget", "limit", "select_recall",
+               "select_precision", "rare")
+DEFAULT_CONFIDENCE = 0.95
+
+
+@dataclass(frozen=True)
+class LoadVideo:
+    """`LOAD VIDEO 'path' AS name [WITH (...)]`."""
+
+    path: str
+    name: str
+    options: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ShowVideos:
+    """`SHOW VIDEOS`."""
+
+
+@dataclass(frozen=True)
+class DropVideo:
+    """`DROP VIDEO [IF EXISTS] name` (drops its labels and index too)."""
+
+    name: str
+    if_exists: bool = False
+
+
+@dataclass(frozen=True)
+class CreateOracle:
+    """`CREATE ORACLE name FROM kind 'source' [WITH (...)]`; kind is one of ORACLE_KINDS."""
+
+    name: str
+    kind: str
+    source: str
+    options: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SetOracle:
+    """`SET ORACLE video = oracle`: the default oracle of a video."""
+
+    video: str
+    oracle: str
+
+
+@dataclass(frozen=True)
+class ShowOracles:
+    """`SHOW ORACLES`."""
+
+
+@dataclass(frozen=True)
+class CreateIndex:
+    """`CREATE INDEX name ON video [USING TASTI] [WITH (...)]`."""
+
+    name: str
+    video: str
+    method: str = "TASTI"
+    options: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ShowIndexes:
+    """`SHOW INDEXES`."""
+
+
+@dataclass(frozen=True)
+class DropIndex:
+    """`DROP INDEX [IF EXISTS] name`. DuckDB has the same statement for its own indexes:
+    the catalog passes it on to DuckDB when no vidql index has that name."""
+
+    name: str
+    if_exists: bool = False
+
+
+@dataclass(frozen=True)
+class PlainSQL:
+    """Any other statement (CREATE TABLE, INSERT, SET, PRAGMA, ...): run by DuckDB as is."""
+
+    sql: str
+
+
+@dataclass(frozen=True)
+class Clauses:
+    """The dialect clauses as the user wrote them (None / False: not given)."""
+
+    error: float | None = None          # ERROR WITHIN: absolute, or a fraction if relative
+    error_relative: bool = False        # ERROR WITHIN x% (relative to the answer)
+    confidence: float | None = None     # CONFIDENCE, in (0, 1)
+    budget: int | None = None           # ORACLE BUDGET, oracle calls
+    gap: int | None = None              # GAP, frames between results
+    recall_target: float | None = None  # RECALL TARGET, in (0, 1]
+    precision_target: float | None = None
+    find_rare: bool = False             # FIND RARE
+    oracle: str | None = None           # USING ORACLE name
+    index: str | None = None            # USING INDEX name
+    seed: int | None = None             # SEED n
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    """The aggregate of an approximate aggregate query: `func` is avg, sum or count;
+    `argument` is its SQL text (None for COUNT(*)) and `expr` its frame functions."""
+
+    func: str
+    argument: str | None
+    expr: FrameExpr | None
+
+
+@dataclass(frozen=True)
+class OutputColumn:
+    """One select-list item: its SQL text and its alias (None when not given)."""
+
+    text: str
+    alias: str | None = None
+
+
+@dataclass(frozen=True)
+class Query:
+    """A SELECT query, exact or approximate (see `vidql.engine.dialect` for `kind`).
+
+    `sql` is the DuckDB SQL left after removing EXPLAIN and the dialect clauses (LIMIT
+    stays). The WHERE clause is split at its top-level ANDs into `predicate` (the parts
+    using frame functions; approximate kinds only) and `restriction` (the other parts,
+    e.g. `frame < 500`). `frame_range` (inclusive ints, lo >= 0, hi None = open) and
+    `ts_range` (closed floats) are bounds read from the simple parts of `restriction`: a
+    superset of the frames it keeps (the SQL text is exact). They are set when the FROM
+    clause is a single table; None means unbounded."""
+
+    sql: str
+    kind: str
+    clauses: Clauses = field(default_factory=Clauses)
+    explain: bool = False
+    text: str = ""                      # the statement as written (EXPLAIN included)
+    tables: tuple[str, ...] = ()        # tables read (BASE_TABLEs; 'night.objects' qualified)
+    video: str | None = None            # the single table of FROM (the video table)
+    columns: tuple[OutputColumn, ...] = ()
+    aggregate: Aggregate | None = None
+    predicate: str | None = None
+    predicate_expr: FrameExpr | None = None
+    restriction: str | None = None
+    frame_range: tuple[int, int | None] | None = None
+    ts_range: tuple[float | None, float | None] | None = None
+    group_by: str | None = None
+    group_expr: FrameExpr | None = None
+    limit: int | None = None            # LIMIT n when n is a constant integer
+
+    @property
+    def approximate(self) -> bool:
+        return self.kind != "exact"
+
+    @property
+    def confidence(self) -> float | None:
+        """CONFIDENCE as given, DEFAULT_CONFIDENCE for kinds with a guarantee, else None."""
+        if self.kind in ("aggregate", "aggregate_budget", "select_recall", "select_precision"):
+            return self.clauses.confidence if self.clauses.confidence is not None \
+                else DEFAULT_CONFIDENCE
+        return None
+
+
+Statement = (LoadVideo | ShowVideos | DropVideo | CreateOracle | SetOracle | ShowOracles
+             | CreateIndex | ShowIndexes | DropIndex | PlainSQL | Query)

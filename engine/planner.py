@@ -1,0 +1,389 @@
+"""Planner for approximate queries: bind proxy scores and true values, pick and run the
+operator, report what it cost. Operators see only arrays and callbacks (vidql.queries)."""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass, field
+
+import duckdb
+import numpy as np
+import pandas as pd
+
+from .catalog import _quote
+from .dialect import Query
+from .errors import CatalogError, QueryError
+from .framestat import FrameExpr, parse_frame_expr
+from .labelcache import LabelCache, LabelStats
+
+OPERATORS = {
+    "aggregate": "aggregate with error bound (empirical Bernstein; control variates with an "
+                 "index, uniform sampling without)",
+    "aggregate_budget": "aggregate under a budget (ABae stratified sampling)",
+    "limit": "LIMIT ranked by proxy (oracle scan in proxy order, GAP suppression)",
+    "select_recall": "SUPG selection with a recall target",
+    "select_precision": "SUPG selection with a precision target",
+    "rare": "EZMODE rare-event search",
+}
+
+
+@dataclass
+class Report:
+    """What a query did and cost: operator, oracle calls, cache hits, seconds per stage."""
+
+    operator: str
+    video: str | None = None
+    oracle: str | None = None
+    index: str | None = None
+    guarantee: str = ""
+    oracle_calls: int = 0
+    cache_hits: int = 0
+    oracle_seconds: float = 0.0
+    seconds: dict = field(default_factory=dict)
+    estimated_calls: int | None = None
+    estimated_seconds: float | None = None
+    seed: int | None = None
+    details: dict = field(default_factory=dict)
+
+    def add_stats(self, stats: LabelStats) -> None:
+        self.oracle_calls += stats.oracle_calls
+        self.cache_hits += stats.cache_hits
+        self.oracle_seconds += stats.oracle_seconds
+        self.seconds["oracle"] = self.seconds.get("oracle", 0.0) + stats.oracle_seconds
+        self.seconds["decode"] = self.seconds.get("decode", 0.0) + stats.decode_seconds
+
+    def summary(self) -> str:
+        stages = ", ".join(f"{k} {v:.2f}s" for k, v in self.seconds.items())
+        parts = [f"operator: {self.operator}", f"guarantee: {self.guarantee}",
+                 f"oracle calls: {self.oracle_calls}", f"cache hits: {self.cache_hits}"]
+        if self.index:
+            parts.append(f"index: {self.index}")
+        if self.seed is not None:
+            parts.append(f"seed: {self.seed}")
+        return " | ".join(parts) + (f"\nseconds: {stages}" if stages else "")
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class Result:
+    """A query's rows as a DuckDB relation, plus its report."""
+
+    relation: duckdb.DuckDBPyRelation
+    report: Report
+
+    def df(self) -> pd.DataFrame:
+        return self.relation.df()
+
+
+class Binding:
+    """One approximate query bound to its video, population, oracle cache and index."""
+
+    def __init__(self, db, q: Query):
+        if q.video is None:
+            raise QueryError("an approximate query reads exactly one video table in FROM", q.text, 0)
+        catalog = db.catalog
+        try:
+            self.video = catalog.video_row(q.video)["name"]
+        except CatalogError as exc:
+            raise QueryError(str(exc), q.text, max(q.text.find(q.video), 0)) from None
+        self.db = db
+        self.q = q
+        self.cache: LabelCache = catalog.label_cache(self.video, q.clauses.oracle)
+        self.population = self._population(db, q)
+        self.n = len(self.population)
+        if self.n == 0:
+            raise QueryError("the query's frame restriction keeps no frames", q.text, 0)
+        self.index_name, self.index = db.indexes.for_video(self.video, q.clauses.index,
+                                                           self.cache.oracle.identity)
+        self.before = self.cache.stats.snapshot()
+        self.labelled_before = self.cache.labelled_frames
+
+    def _population(self, db, q: Query) -> np.ndarray:
+        sql = f"SELECT frame FROM main.{_quote(self.video)}"
+        if q.restriction:
+            sql += f" WHERE {q.restriction}"
+        try:
+            frames = db.con.execute(sql + " ORDER BY frame").fetchnumpy()["frame"]
+        except duckdb.Error as exc:
+            raise QueryError(f"cannot apply the frame restriction {q.restriction!r}: {exc}",
+                             q.text, max(q.text.find(q.restriction or ""), 0)) from None
+        return np.asarray(frames, dtype=np.int64)
+
+    def proxy(self, expr: FrameExpr | None) -> np.ndarray | None:
+        """Proxy scores of a frame statistic over the population (None without an index)."""
+        if expr is None or self.index is None:
+            return None
+        return np.asarray(self.index.proxy(expr), dtype=np.float64)[self.population]
+
+    def truth(self, expr: FrameExpr | str):
+        """Callback: positions in the population -> true values (through the label cache)."""
+        values = self.cache.true_values(expr)
+        return lambda positions: values(self.population[np.asarray(positions, dtype=np.int64)])
+
+    def timestamps(self, frames: np.ndarray) -> np.ndarray:
+        ts = self.db.con.execute(f"SELECT ts FROM main.{_quote(self.video)} ORDER BY frame"
+                                 ).fetchnumpy()["ts"]
+        return np.asarray(ts)[frames]
+
+    def finish(self, report: Report, crack: bool = True) -> Report:
+        """Record labelling costs; newly labelled frames join the index (cracking)."""
+        report.add_stats(self.cache.stats.since(self.before))
+        if crack and self.index is not None:
+            new = np.setdiff1d(self.cache.labelled_frames, self.labelled_before)
+            t0 = time.perf_counter()
+            report.details["cracked_frames"] = self.db.indexes.crack(self.index_name, self.cache, new)
+            report.seconds["cracking"] = time.perf_counter() - t0
+        return report
+
+
+def _seed(q: Query) -> int:
+    if q.clauses.seed is not None:
+        return int(q.clauses.seed)
+    return int(np.random.SeedSequence().entropy % (2**31))
+
+
+def _predicate_expr(q: Query) -> FrameExpr | None:
+    if q.predicate_expr is not None:
+        return q.predicate_expr
+    return parse_frame_expr(q.predicate) if q.predicate else None
+
+
+def _confidence(q: Query) -> float:
+    return q.confidence if q.confidence is not None else 0.95
+
+
+def run_approximate(db, q: Query) -> Result:
+    """Bind and run an approximate query; the relation has the columns of docs/sql.md."""
+    binding = Binding(db, q)
+    seed = _seed(q)
+    report = Report(operator=q.kind, video=binding.video, oracle=binding.cache.oracle.name,
+                    index=binding.index_name, seed=seed)
+    t0 = time.perf_counter()
+    if q.kind in ("aggregate", "aggregate_budget"):
+        frame = _run_aggregate(binding, q, seed, report)
+    else:
+        frame = _run_selection(binding, q, seed, report)
+    report.seconds["total"] = time.perf_counter() - t0
+    binding.finish(report)
+    return Result(db.con.from_df(frame), report)
+
+
+def _aggregate_frame(result, scale: float, confidence: float, groups=None) -> pd.DataFrame:
+    rows = {"estimate": [result.estimate * scale], "ci_low": [result.ci_low * scale],
+            "ci_high": [result.ci_high * scale], "confidence": [confidence],
+            "oracle_calls": [int(result.oracle_calls)], "frames": [len(result.frames)]}
+    df = pd.DataFrame(rows)
+    if groups is not None:
+        df.insert(0, "group", [groups])
+    return df
+
+
+def _run_aggregate(b: Binding, q: Query, seed: int, report: Report) -> pd.DataFrame:
+    from vidql import queries
+
+    agg = q.aggregate
+    if agg is None:
+        raise QueryError("ERROR WITHIN and ORACLE BUDGET need an AVG, SUM or COUNT", q.text, 0)
+    conf = _confidence(q)
+    pred = _predicate_expr(q)
+    stat = agg.expr if agg.expr is not None and agg.func != "count" else None
+    if q.kind == "aggregate_budget":
+        return _run_budget(b, q, seed, report, stat, pred, conf)
+    if q.group_by:
+        raise QueryError("GROUP BY with ERROR WITHIN is not supported; use ORACLE BUDGET n "
+                         "for grouped approximate aggregates", q.text, q.text.upper().find("GROUP BY"))
+    c = q.clauses
+    common = dict(error=c.error, relative=c.error_relative, confidence=conf, seed=seed,
+                  max_samples=c.budget)
+    error_kind = "relative" if c.error_relative else "absolute"
+    if agg.func == "avg" and pred is not None:
+        result = queries.aggregate_error_bound_ratio(
+            b.n, _pair(b, stat, pred), proxy=b.proxy(stat), proxy_pred=b.proxy(pred), **common)
+        scale = 1.0
+    else:
+        target = stat if agg.func != "count" else pred
+        if target is None:  # COUNT(*) without a frame predicate: no oracle needed
+            report.guarantee = "exact (COUNT(*) of the video table)"
+            return pd.DataFrame({"estimate": [float(b.n)], "ci_low": [float(b.n)],
+                                 "ci_high": [float(b.n)], "confidence": [1.0], "oracle_calls": [0],
+                                 "frames": [0]})
+        if agg.func == "avg" or pred is None:
+            values = b.truth(target)
+            proxy = b.proxy(target)
+        else:  # SUM(x) WHERE p: per-frame x * p
+            combined = parse_frame_expr(f"({target.text}) * CAST(({pred.text}) AS DOUBLE)")
+            values, proxy = b.truth(combined), b.proxy(combined)
+        result = queries.aggregate_error_bound(b.n, values, proxy=proxy, **common)
+        scale = 1.0 if agg.func == "avg" else float(b.n)
+    report.operator = f"aggregate ({result.method})"
+    report.guarantee = (f"{agg.func.upper()} within {c.error:g}{' (relative)' if c.error_relative else ' per frame'}"
+                        f" at {conf:.0%} confidence ({error_kind} error)")
+    return _aggregate_frame(result, scale, conf)
+
+
+def _pair(b: Binding, stat: FrameExpr | None, pred: FrameExpr | None):
+    """Callback positions -> (statistic values, predicate booleans)."""
+    stat_values = b.truth(stat) if stat is not None else None
+    pred_values = b.truth(pred) if pred is not None else None
+
+    def values(positions):
+        positions = np.asarray(positions, dtype=np.int64)
+        s = stat_values(positions) if stat_values else np.ones(len(positions))
+        p = pred_values(positions) > 0 if pred_values else np.ones(len(positions), dtype=bool)
+        return s, p
+
+    return values
+
+
+def _run_budget(b: Binding, q: Query, seed: int, report: Report, stat, pred, conf) -> pd.DataFrame:
+    from vidql import queries
+
+    agg = q.aggregate
+    budget = q.clauses.budget
+    proxy = b.proxy(pred) if pred is not None else b.proxy(stat)
+    if proxy is None:
+        proxy = np.zeros(b.n)  # no index: strata are random, ABae degrades to uniform sampling
+        report.details["note"] = "no index: stratification by proxy unavailable"
+    report.guarantee = f"{agg.func.upper()} with ≤ {budget} oracle calls, {conf:.0%} bootstrap interval"
+    if q.group_by:
+        group = q.group_expr or parse_frame_expr(q.group_by)
+        pair, group_values = _pair(b, stat, pred), b.truth(group)
+        results = queries.aggregate_budget_grouped(
+            proxy, lambda pos: (*pair(pos), group_values(pos)), budget=budget, agg=agg.func,
+            confidence=conf, seed=seed)
+        report.operator = "aggregate under budget, grouped (ABae)"
+        frames = [_aggregate_frame(r, 1.0, conf, g) for g, r in sorted(results.items())]
+        return pd.concat(frames, ignore_index=True)
+    result = queries.aggregate_budget(proxy, _pair(b, stat, pred), budget=budget, agg=agg.func,
+                                      confidence=conf, seed=seed)
+    report.operator = f"aggregate under budget ({result.method})"
+    return _aggregate_frame(result, 1.0, conf)
+
+
+def _run_selection(b: Binding, q: Query, seed: int, report: Report) -> pd.DataFrame:
+    from vidql import queries
+
+    pred = _predicate_expr(q)
+    if pred is None:
+        raise QueryError("this query needs a WHERE clause over frame functions, e.g. "
+                         "WHERE contains('bus')", q.text, 0)
+    truth = b.truth(pred)
+    is_true = lambda positions: truth(positions) > 0
+    proxy = b.proxy(pred)
+    c = q.clauses
+    if q.kind == "limit":
+        ranking = proxy if proxy is not None else np.zeros(b.n)
+        result = queries.limit_query(ranking, is_true, k=q.limit, gap=c.gap or 0, seed=seed,
+                                     max_calls=c.budget)
+        report.guarantee = f"up to {q.limit} oracle-confirmed frames, ≥ {c.gap or 0} frames apart"
+    elif q.kind in ("select_recall", "select_precision"):
+        if proxy is None:
+            raise QueryError(f"{q.kind.replace('select_', '').upper()} TARGET needs an index for "
+                             f"proxy scores: CREATE INDEX ... ON {b.video} USING TASTI", q.text, 0)
+        conf = _confidence(q)
+        if q.kind == "select_recall":
+            result = queries.supg_recall(proxy, is_true, target=c.recall_target,
+                                         confidence=conf, budget=c.budget, seed=seed)
+            report.guarantee = f"recall ≥ {c.recall_target:.0%} with probability {conf:.0%}"
+        else:
+            result = queries.supg_precision(proxy, is_true, target=c.precision_target,
+                                            confidence=conf, budget=c.budget, seed=seed)
+            report.guarantee = f"precision ≥ {c.precision_target:.0%} with probability {conf:.0%}"
+    elif q.kind == "rare":
+        if b.index is None:
+            raise QueryError(f"FIND RARE needs an index for frame embeddings: CREATE INDEX ... "
+                             f"ON {b.video} USING TASTI", q.text, 0)
+        embeddings = np.asarray(b.index.embeddings)[b.population]
+        result = queries.find_rare(embeddings, is_true, budget=c.budget, seed=seed, proxy=proxy)
+        report.guarantee = f"as many distinct positives as {c.budget} oracle calls find (no recall guarantee)"
+    else:
+        raise QueryError(f"unsupported query kind {q.kind}", q.text, 0)
+    report.operator = {"limit": "LIMIT (proxy-ranked scan)", "select_recall": "SUPG recall",
+                       "select_precision": "SUPG precision", "rare": "EZMODE"}[q.kind]
+    report.details.update(getattr(result, "details", {}) or {})
+    positions = np.asarray(result.frames, dtype=np.int64)
+    frames = b.population[positions]
+    verified = getattr(result, "verified", None)
+    if verified is None:
+        verified = np.isin(positions, np.asarray(getattr(result, "sampled", []), dtype=np.int64))
+    return pd.DataFrame({"frame": frames, "ts": b.timestamps(frames),
+                         "verified": np.asarray(verified, dtype=bool)})
+
+
+# ---- EXPLAIN ------------------------------------------------------------------------------
+
+def explain(db, q: Query) -> Result:
+    """The plan and its estimated oracle calls and seconds, without calling the oracle."""
+    report = Report(operator="exact" if q.kind == "exact" else OPERATORS[q.kind])
+    if q.kind == "exact":
+        calls = _estimate_exact(db, q, report)
+    else:
+        b = Binding(db, q)
+        report.video, report.oracle, report.index = b.video, b.cache.oracle.name, b.index_name
+        calls = _estimate_approximate(b, q, report)
+        oracle = b.cache.oracle
+        ms = oracle.simulated_cost_ms if oracle.simulated_cost_ms is not None else \
+            db.catalog.measured_ms_per_frame(oracle.identity)
+        report.estimated_seconds = None if ms is None else calls * ms / 1000
+    report.estimated_calls = int(calls)
+    row = {"operator": report.operator, "video": report.video, "oracle": report.oracle,
+           "index": report.index, "estimated_oracle_calls": report.estimated_calls,
+           "estimated_seconds": report.estimated_seconds,
+           "note": report.details.get("estimate", "")}
+    return Result(db.con.from_df(pd.DataFrame([row])), report)
+
+
+def _estimate_exact(db, q: Query, report: Report) -> int:
+    total = 0
+    names = {v.lower(): v for v in db.catalog.video_names()}
+    for table in q.tables:
+        video = names.get(table.split(".")[0].lower())
+        if video is None:
+            continue
+        cache = db.catalog.label_cache(video, q.clauses.oracle)
+        lo, hi = q.frame_range or (0, None)
+        hi = cache.n_frames - 1 if hi is None else min(hi, cache.n_frames - 1)
+        wanted = np.arange(lo, hi + 1)
+        total += int((~np.isin(wanted, cache.labelled_frames)).sum())
+        report.video, report.oracle = video, cache.oracle.name
+    report.details["estimate"] = "frames in range not yet in the label cache"
+    return total
+
+
+def _estimate_approximate(b: Binding, q: Query, report: Report) -> int:
+    c = q.clauses
+    if q.kind in ("aggregate_budget", "select_recall", "select_precision", "rare"):
+        report.details["estimate"] = "the ORACLE BUDGET"
+        return int(c.budget)
+    pred = _predicate_expr(q)
+    if q.kind == "limit":
+        proxy = b.proxy(pred)
+        if proxy is None:
+            report.details["estimate"] = "no index: a random-order scan, up to every frame"
+            return b.n
+        order = np.argsort(-proxy, kind="stable")
+        hits, taken = 0, []
+        for pos, p in enumerate(proxy[order]):
+            if p >= 0.5 and all(abs(order[pos] - t) > (c.gap or 0) for t in taken):
+                taken.append(order[pos])
+                hits += 1
+                if hits == q.limit:
+                    report.details["estimate"] = "scan depth until the proxy shows LIMIT hits"
+                    return min(pos + 1, c.budget or b.n)
+        return min(b.n, c.budget or b.n)
+    # aggregate: normal-approximation sample size from the proxy's spread, with FPC
+    agg = q.aggregate
+    target = agg.expr if agg is not None and agg.expr is not None and agg.func != "count" else pred
+    proxy = b.proxy(target)
+    if proxy is None:
+        report.details["estimate"] = "no index: assumes the worst-case spread (values in [0, 1])"
+        sigma, mean = 0.5, 0.5
+    else:
+        sigma, mean = float(np.std(proxy)), float(np.mean(proxy))
+        report.details["estimate"] = "from the proxy's spread (uniform sampling; control variates need fewer)"
+    eps = c.error * (abs(mean) if c.error_relative else 1.0)
+    z = math.sqrt(2 * math.log(2 / (1 - _confidence(q))))
+    n0 = (z * sigma / max(eps, 1e-12)) ** 2
+    return int(min(b.n, math.ceil(n0 / (1 + n0 / b.n)))) if n0 > 0 else 1

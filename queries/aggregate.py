@@ -1,0 +1,227 @@
+"""Aggregates with an error bound (BlazeIt-style): sample frames without replacement until
+an empirical Bernstein-Serfling bound, checked at geometric epochs, meets the error asked.
+
+`aggregate_error_bound` estimates the per-frame mean of a statistic (SUM and COUNT are
+n * mean), by uniform sampling or with a proxy as control variate.
+`aggregate_ratio_error_bound` estimates AVG(stat) over the frames where a predicate holds.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import numpy as np
+
+from vidql.engine.errors import ParameterError
+
+from .bounds import (SERFLING_KAPPA, RunningMoments, epoch_checkpoints, epoch_delta,
+                     eb_serfling_halfwidth, serfling_rho)
+from .oracle_calls import DistinctOracle, as_values, split_pair
+from .results import AggregateResult
+from .validation import (check_confidence, check_int, check_positive, check_scores,
+                         check_value_range, make_rng)
+
+# Without a declared value range, the range is read off the sample (no guarantee then);
+# never stop before this many samples in that case.
+MIN_SAMPLES_WITHOUT_RANGE = 30
+
+
+class _Sampler:
+    """Draws frames in a random order, labels them in batches and remembers the range seen."""
+
+    def __init__(self, n: int, true_values: Callable, rng: np.random.Generator, batch: int):
+        self.n = n
+        self.order = rng.permutation(n)
+        self.oracle = DistinctOracle(true_values, n)
+        self.batch = batch
+        self.taken = 0
+
+    def advance(self, t: int):
+        """Label frames until t are labelled; yields (frames, callback output) per batch."""
+        while self.taken < t:
+            chunk = self.order[self.taken:min(t, self.taken + self.batch)]
+            self.taken += chunk.size
+            yield chunk, self.oracle(chunk)
+
+    @property
+    def frames(self) -> np.ndarray:
+        return np.sort(self.order[:self.taken])
+
+
+def _check_common(n, error, confidence, batch, max_samples, seed, value_range):
+    n = check_int("n", n, 1)
+    error = check_positive("error", error)
+    confidence = check_confidence(confidence)
+    batch = check_int("batch", batch, 1)
+    limit = n if max_samples is None else min(n, check_int("max_samples", max_samples, 2))
+    return n, error, confidence, batch, limit, make_rng(seed), check_value_range(value_range)
+
+
+def _stop(estimate: float, low: float, high: float, error: float, relative: bool) -> bool:
+    """Whether [low, high] (containing the truth) guarantees the error asked for."""
+    deviation = max(high - estimate, estimate - low)
+    if not relative:
+        return deviation <= error
+    if low > 0 or high < 0:
+        return deviation <= error * min(abs(low), abs(high))
+    return False
+
+
+def _outside(values: np.ndarray, value_range) -> None:
+    if value_range is not None and values.size and (
+            values.min() < value_range[0] or values.max() > value_range[1]):
+        raise ParameterError(f"the oracle returned values in [{values.min()}, {values.max()}], "
+                             f"outside the declared value_range {value_range}; widen it")
+
+
+def aggregate_error_bound(n: int, true_values: Callable[[np.ndarray], np.ndarray], *,
+                          proxy: np.ndarray | None = None, error: float, relative: bool = False,
+                          confidence: float = 0.95, seed=0, batch: int = 1024,
+                          value_range: tuple[float, float] | None = None,
+                          max_samples: int | None = None, beta: float = 1.5,
+                          p: float = 1.1) -> AggregateResult:
+    """Estimate the mean of `true_values` over frames 0..n-1 within `error`.
+
+    `error` is absolute on the mean, or with `relative=True` a fraction of the answer.
+    Frames are sampled without replacement; at sample sizes ceil(beta**k) an empirical
+    Bernstein-Serfling interval at level delta_j = delta (p-1)/(p j^p) is checked (the
+    shares sum to delta, so the interval holds wherever sampling stops). With a proxy
+    (float per frame), Z = Y + c (P - mean P) with c = -Cov(Y,P)/Var(P) re-estimated at
+    each check; the range used for Z is width(Y) + |c| width(P), valid for every frame.
+    `value_range` bounds Y; without it the range is read off the sample (a heuristic,
+    noted in details). Stops at `max_samples` with `details['met'] = False` if the bound
+    is not reached; labelling all n frames gives the exact answer.
+    """
+    n, error, confidence, batch, limit, rng, value_range = _check_common(
+        n, error, confidence, batch, max_samples, seed, value_range)
+    if proxy is not None:
+        proxy = check_scores("proxy", proxy, n)
+        proxy_mean = float(proxy.mean())
+        proxy_width = float(proxy.max() - proxy.min())
+    delta = 1.0 - confidence
+    sampler = _Sampler(n, true_values, rng, batch)
+    moments = RunningMoments(1 if proxy is None else 2)
+    seen_low, seen_high = math.inf, -math.inf
+    method = "uniform" if proxy is None else "control_variate"
+    error_kind = "relative" if relative else "absolute"
+    details: dict = {"range_source": "value_range" if value_range else "sample", "checks": 0}
+    for j, t in enumerate(epoch_checkpoints(limit, beta), start=1):
+        for chunk, out in sampler.advance(t):
+            y = as_values(out, chunk.size)
+            _outside(y, value_range)
+            seen_low, seen_high = min(seen_low, y.min()), max(seen_high, y.max())
+            moments.update(y[:, None] if proxy is None else np.column_stack([y, proxy[chunk]]))
+        if t == n:
+            exact = float(moments.mean[0])
+            details.update(met=True)
+            return AggregateResult(exact, exact, exact, confidence, sampler.oracle.calls,
+                                   sampler.frames, True, method, error_kind, details)
+        cov = moments.cov()
+        low_y, high_y = value_range if value_range else (seen_low, seen_high)
+        width = high_y - low_y
+        if proxy is None:
+            estimate, variance, c = moments.mean[0], cov[0, 0], 0.0
+        else:
+            c = -cov[0, 1] / cov[1, 1] if cov[1, 1] > 0 else 0.0
+            estimate = moments.mean[0] + c * (moments.mean[1] - proxy_mean)
+            variance = cov[0, 0] + 2 * c * cov[0, 1] + c * c * cov[1, 1]
+            width += abs(c) * proxy_width
+        half = eb_serfling_halfwidth(math.sqrt(max(variance, 0.0)), t, n, width,
+                                     epoch_delta(j, delta, p))
+        low, high = estimate - half, estimate + half
+        if value_range:
+            low, high = max(low, value_range[0]), min(high, value_range[1])
+        estimate = float(min(max(estimate, low), high))
+        details.update(checks=j, c=float(c), range_width=float(width), met=False)
+        if _stop(estimate, low, high, error, relative) and (
+                value_range or t >= MIN_SAMPLES_WITHOUT_RANGE):
+            details["met"] = True
+            break
+    return AggregateResult(estimate, float(low), float(high), confidence, sampler.oracle.calls,
+                           sampler.frames, False, method, error_kind, details)
+
+
+def _ratio_interval(mean_a, mean_b, cov, t, n, low_x, high_x, delta):
+    """Hull of {m in [low_x, high_x] : |mean(a - m b)| <= EB-Serfling half-width of a - m b}.
+
+    a = stat * pred, b = pred; at the true ratio the population mean of a - m b is 0, so
+    the set covers it when that one bound holds. On each side of the point estimate the
+    test function is concave, so bisection finds the hull exactly.
+    """
+    x = math.log(10.0 / delta)
+    slope = math.sqrt(2.0 * max(serfling_rho(t, n), 0.0) * x / t)
+    offset = SERFLING_KAPPA * (high_x - low_x) * x / t
+
+    def slack(m: float) -> float:
+        var = cov[0, 0] - 2 * m * cov[0, 1] + m * m * cov[1, 1]
+        return abs(mean_a - m * mean_b) - (math.sqrt(max(var, 0.0)) * slope + offset)
+
+    centre = mean_a / mean_b
+
+    def edge(outer: float) -> float:
+        if slack(outer) <= 0:
+            return outer
+        inside, outside = centre, outer
+        for _ in range(60):
+            mid = 0.5 * (inside + outside)
+            if slack(mid) <= 0:
+                inside = mid
+            else:
+                outside = mid
+        return outside
+
+    return centre, edge(low_x), edge(high_x)
+
+
+def aggregate_ratio_error_bound(n: int, true_values: Callable, *, error: float,
+                                relative: bool = False, confidence: float = 0.95, seed=0,
+                                batch: int = 1024,
+                                value_range: tuple[float, float] | None = None,
+                                max_samples: int | None = None, beta: float = 1.5,
+                                p: float = 1.1) -> AggregateResult:
+    """AVG(stat) over the frames where pred holds, within `error` (absolute or relative).
+
+    `true_values(frames) -> (stat float64, pred bool)`. The interval is the set of ratios m
+    for which 0 lies in the empirical Bernstein-Serfling interval of mean(pred*(stat-m)),
+    checked at geometric epochs as in `aggregate_error_bound`. `value_range` bounds stat
+    on predicate frames (else read off the sample, a heuristic). The estimate is NaN if no
+    sampled frame satisfies the predicate.
+    """
+    n, error, confidence, batch, limit, rng, value_range = _check_common(
+        n, error, confidence, batch, max_samples, seed, value_range)
+    delta = 1.0 - confidence
+    sampler = _Sampler(n, true_values, rng, batch)
+    moments = RunningMoments(2)
+    seen_low, seen_high = math.inf, -math.inf
+    error_kind = "relative" if relative else "absolute"
+    details: dict = {"range_source": "value_range" if value_range else "sample", "checks": 0,
+                     "met": False}
+    estimate, low, high = math.nan, math.nan, math.nan
+    for j, t in enumerate(epoch_checkpoints(limit, beta), start=1):
+        for chunk, out in sampler.advance(t):
+            stat, pred = split_pair(out, chunk.size)
+            _outside(stat[pred], value_range)
+            if pred.any():
+                seen_low = min(seen_low, stat[pred].min())
+                seen_high = max(seen_high, stat[pred].max())
+            moments.update(np.column_stack([np.where(pred, stat, 0.0), pred]))
+        mean_a, mean_b = moments.mean
+        if t == n:
+            exact = float(mean_a / mean_b) if mean_b > 0 else math.nan
+            details.update(met=mean_b > 0, positives=int(round(mean_b * n)))
+            return AggregateResult(exact, exact, exact, confidence, sampler.oracle.calls,
+                                   sampler.frames, True, "ratio", error_kind, details)
+        details["checks"] = j
+        if mean_b <= 0:
+            continue
+        low_x, high_x = value_range if value_range else (seen_low, seen_high)
+        estimate, low, high = _ratio_interval(mean_a, mean_b, moments.cov(), t, n, low_x,
+                                              high_x, epoch_delta(j, delta, p))
+        if _stop(estimate, low, high, error, relative) and (
+                value_range or t >= MIN_SAMPLES_WITHOUT_RANGE):
+            details["met"] = True
+            break
+    details["positives_sampled"] = int(round(moments.mean[1] * moments.count))
+    return AggregateResult(float(estimate), float(low), float(high), confidence,
+                           sampler.oracle.calls, sampler.frames, False, "ratio", error_kind,
+                           details)

@@ -1,0 +1,145 @@
+"""Finite-sample confidence bounds and float64 running moments.
+
+- Empirical Bernstein-Serfling (Bardenet & Maillard 2015, Thm 3) for means of samples
+  drawn WITHOUT replacement, used with geometric epochs (Mnih et al. 2008) so that the
+  bound holds at whichever epoch sampling stops.
+- A betting upper confidence bound (Waudby-Smith & Ramdas 2023) for means of i.i.d.
+  draws bounded in [0, upper]; valid at any stopping time (Ville's inequality).
+- An exact hypergeometric lower bound on the number of positives in a finite population.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy import stats
+
+SERFLING_KAPPA = 7.0 / 3.0 + 3.0 / math.sqrt(2.0)
+
+
+class RunningMoments:
+    """Means and co-moments of d columns, merged batch by batch in float64 (Chan et al.)."""
+
+    def __init__(self, d: int):
+        self.count = 0
+        self.mean = np.zeros(d)
+        self.comoment = np.zeros((d, d))
+
+    def update(self, batch: np.ndarray) -> None:
+        x = np.asarray(batch, dtype=np.float64)
+        m = x.shape[0]
+        if m == 0:
+            return
+        batch_mean = x.mean(axis=0)
+        centred = x - batch_mean
+        batch_comoment = centred.T @ centred
+        total = self.count + m
+        delta = batch_mean - self.mean
+        self.comoment += batch_comoment + np.outer(delta, delta) * (self.count * m / total)
+        self.mean += delta * (m / total)
+        self.count = total
+
+    def cov(self) -> np.ndarray:
+        """Biased (1/n) covariance matrix."""
+        return self.comoment / max(self.count, 1)
+
+
+def serfling_rho(t: int, n: int) -> float:
+    """Finite-population factor of the Bernstein-Serfling bound for t of n sampled."""
+    if t <= n / 2:
+        return 1.0 - (t - 1) / n
+    return (1.0 - t / n) * (1.0 + 1.0 / t)
+
+
+def eb_serfling_halfwidth(std: float, t: int, n: int, width: float, delta: float) -> float:
+    """Two-sided half-width at level delta for a without-replacement sample mean.
+
+    `std` is the biased sample standard deviation of the t values and `width` a bound on
+    the range of the population values (max - min). Each side of Bardenet & Maillard's
+    Thm 3 fails with probability 5*delta', so delta' = delta / 10.
+    """
+    x = math.log(10.0 / delta)
+    rho = max(serfling_rho(t, n), 0.0)
+    return std * math.sqrt(2.0 * rho * x / t) + SERFLING_KAPPA * width * x / t
+
+
+def epoch_checkpoints(limit: int, beta: float = 1.5) -> list[int]:
+    """Distinct sample sizes ceil(beta**k) (from 2) up to and including `limit`."""
+    points: list[int] = []
+    k = 1
+    while True:
+        t = max(math.ceil(beta ** k), (points[-1] + 1) if points else 2)
+        if t >= limit:
+            points.append(limit)
+            return points
+        points.append(t)
+        k += 1
+
+
+def epoch_delta(j: int, delta: float, p: float = 1.1) -> float:
+    """Share of delta for the j-th check (j >= 1); the shares sum to at most delta."""
+    return delta * (p - 1.0) / (p * j ** p)
+
+
+def betting_upper_bounds(x: np.ndarray, upper: np.ndarray, delta: float,
+                         max_bet: float = 0.75, iterations: int = 40) -> np.ndarray:
+    """Upper confidence bounds at level delta on the means of the columns of x.
+
+    x is (draws, columns), each column i.i.d. in [0, upper[col]] (upper > 0 or the column
+    is all zero, whose bound is 0). Betting with the predictable plug-in bets of
+    Waudby-Smith & Ramdas on the hypothesis mean >= m; the bound is the smallest m whose
+    capital (maximised over time) stays below 1/delta.
+    """
+    x = np.asarray(x, dtype=np.float64)
+    upper = np.asarray(upper, dtype=np.float64)
+    n, cols = x.shape
+    result = np.zeros(cols)
+    live = upper > 0
+    if n == 0:
+        result[live] = upper[live]
+        return result
+    if not live.any():
+        return result
+    scaled = x[:, live] / upper[live]
+    steps = np.arange(1, n + 1)[:, None]
+    running_mean = (0.5 + np.cumsum(scaled, axis=0)) / (steps + 1)
+    previous_mean = np.vstack([np.full((1, scaled.shape[1]), 0.5), running_mean[:-1]])
+    running_var = (0.25 + np.cumsum((scaled - previous_mean) ** 2, axis=0)) / (steps + 1)
+    previous_var = np.vstack([np.full((1, scaled.shape[1]), 0.25), running_var[:-1]])
+    log_target = math.log(1.0 / delta)
+    bets = np.minimum(max_bet, np.sqrt(2.0 * log_target / (n * previous_var)))
+    low = np.zeros(scaled.shape[1])
+    high = np.ones(scaled.shape[1])
+
+    def rejected(m: np.ndarray) -> np.ndarray:
+        log_capital = np.cumsum(np.log1p(bets * (m - scaled)), axis=0)
+        return log_capital.max(axis=0) >= log_target
+
+    top_rejected = rejected(high)
+    for _ in range(iterations):
+        mid = 0.5 * (low + high)
+        rej = rejected(mid)
+        high = np.where(rej, mid, high)
+        low = np.where(rej, low, mid)
+    bound = np.where(top_rejected, high, 1.0)
+    result[live] = bound * upper[live]
+    return result
+
+
+def hypergeom_lower_count(successes: int, sample: int, population: int, delta: float) -> int:
+    """Smallest number K of positives in a population of `population` items that is not
+    rejected at level delta after a uniform without-replacement sample of `sample` items
+    showed `successes` positives (exact one-sided bound: P(K_true >= result) >= 1-delta)."""
+    if sample == 0 or successes == 0:
+        return successes
+    low, high = successes, population - (sample - successes)
+    # P(X >= successes | K) increases with K; find the smallest K where it exceeds delta.
+    if stats.hypergeom.sf(successes - 1, population, low, sample) > delta:
+        return low
+    while high - low > 1:
+        mid = (low + high) // 2
+        if stats.hypergeom.sf(successes - 1, population, mid, sample) > delta:
+            high = mid
+        else:
+            low = mid
+    return high

@@ -1,0 +1,190 @@
+"""The TASTI index on an in-memory toy video: proxy quality, oracle use, persistence,
+invalidation and cracking."""
+import numpy as np
+import pandas as pd
+import pytest
+from scipy.stats import spearmanr
+from test_index_source import CountingOracle, ToyTraffic
+
+import vidql.indexes.tasti as tasti
+from vidql.engine.errors import ParameterError, QueryError, VidqlError
+from vidql.indexes import IndexMismatchError, TastiIndex, nearest
+
+N_FRAMES = 3000
+CAR = "objects('car')"
+
+
+@pytest.fixture(scope="module")
+def toy():
+    return ToyTraffic(n_frames=N_FRAMES, seed=0)
+
+
+@pytest.fixture(scope="module")
+def built(toy):
+    """A triplet index (the default embedder) and the oracle it used."""
+    oracle = CountingOracle(toy.labels)
+    index = TastiIndex.build(toy, oracle, train=150, reps=300, k=5, seed=0, triplets=3000,
+                             progress=False, identity={"video": "toy-0", "oracle": "truth"})
+    return index, oracle
+
+
+def fresh_pixel_index(toy, reps=200, seed=0):
+    return TastiIndex.build(toy, CountingOracle(toy.labels), reps=reps, embedder="pixel",
+                            seed=seed, progress=False)
+
+
+def unlabelled(index):
+    mask = np.ones(index.n_frames, dtype=bool)
+    mask[index.rep_frames] = False
+    return mask
+
+
+def test_triplet_index_ranks_car_counts_far_better_than_random(built, toy):
+    index, oracle = built
+    truth = toy.truth(CAR)
+    proxy = index.proxy(CAR)
+    mask = unlabelled(index)
+    rho = spearmanr(proxy[mask], truth[mask])[0]
+    assert rho >= 0.6, rho  # random order gives |rho| < 0.05 at this size
+    assert index.stats["embedding"] == "triplet CNN" and index.stats["triplets"] >= 3000
+
+
+def test_oracle_called_once_per_representative_and_nothing_else(built):
+    index, oracle = built  # CountingOracle fails on a repeated frame
+    assert index.stats["oracle_calls"] == oracle.calls == len(index.rep_frames) == 300
+    assert set(index.rep_frames.tolist()) == oracle.asked
+    assert np.array_equal(index.labelled_frames, np.sort(index.rep_frames))
+    assert index.embeddings.shape == (N_FRAMES, 128) and index.embeddings.dtype == np.float32
+    assert set(index.stats["seconds"]) >= {"mining_embedding", "train", "embedding", "knn"}
+
+
+def test_proxies_are_exact_at_labelled_frames_finite_and_cached(built, toy):
+    index, _ = built
+    for expr in (CAR, "contains('bus')", "objects('car') >= 3", "objects(*) + objects('person')"):
+        proxy = index.proxy(expr)
+        assert proxy.dtype == np.float64 and proxy.shape == (N_FRAMES,)
+        assert np.isfinite(proxy).all()
+        assert np.array_equal(proxy[index.rep_frames], toy.truth(expr)[index.rep_frames])
+    assert index.proxy(CAR) is index.proxy("objects( 'car' )")  # same statistic, one cache entry
+    with pytest.raises(ValueError):
+        index.proxy(CAR)[0] = 1.0  # cached arrays are read-only
+    with pytest.raises(QueryError):
+        index.proxy("1 + 1")
+
+
+def test_rare_class_predicate_separates_positives(built, toy):
+    index, _ = built
+    truth = toy.truth("contains('bus')")
+    proxy = index.proxy("contains('bus')")
+    mask = unlabelled(index)
+    assert truth[mask].any()
+    top = np.argsort(-proxy[mask])[: int(truth[mask].sum())]
+    precision_at_k = truth[mask][top].mean()
+    assert precision_at_k > 10 * truth[mask].mean()
+
+
+def test_save_load_gives_identical_proxies_without_recomputing(built, tmp_path, monkeypatch):
+    index, _ = built
+    before = index.proxy(CAR).copy()
+    index.save(tmp_path / "idx")
+    loaded = TastiIndex.load(tmp_path / "idx", expect={"video": "toy-0"})
+
+    def fail(*args, **kwargs):
+        raise AssertionError("recomputed after load")
+
+    monkeypatch.setattr(tasti, "propagate", fail)
+    monkeypatch.setattr(tasti, "nearest", fail)
+    assert np.array_equal(loaded.proxy(CAR), before)
+    assert isinstance(loaded.embeddings, np.memmap)
+    assert np.array_equal(loaded.embeddings, index.embeddings)
+    assert np.array_equal(loaded.rep_frames, index.rep_frames)
+    assert loaded.stats == index.stats and loaded.identity == index.identity
+    monkeypatch.undo()
+    new = loaded.proxy("contains('person')")  # computed from stored neighbours, then cached on disk
+    assert np.array_equal(new, index.proxy("contains('person')"))
+    monkeypatch.setattr(tasti, "propagate", fail)
+    assert np.array_equal(TastiIndex.load(tmp_path / "idx").proxy("contains('person')"), new)
+
+
+def test_load_with_mismatched_identity_or_missing_index_raises(built, tmp_path):
+    index, _ = built
+    index.save(tmp_path / "idx")
+    TastiIndex.load(tmp_path / "idx", expect={"video": "toy-0", "oracle": "truth"})
+    with pytest.raises(IndexMismatchError, match="video.*toy-1.*rebuilt"):
+        TastiIndex.load(tmp_path / "idx", expect={"video": "toy-1"})
+    with pytest.raises(IndexMismatchError, match="oracle"):
+        TastiIndex.load(tmp_path / "idx", expect={"oracle": "yolox:abc"})
+    assert issubclass(IndexMismatchError, VidqlError)
+    with pytest.raises(VidqlError, match="no readable TASTI index"):
+        TastiIndex.load(tmp_path / "nothing")
+    (tmp_path / "idx" / "positions.npy").unlink()
+    with pytest.raises(VidqlError, match="rebuild"):
+        TastiIndex.load(tmp_path / "idx")
+
+
+def test_cracking_makes_new_frames_exact_and_equals_a_full_search(toy):
+    index = fresh_pixel_index(toy)
+    truth = toy.truth(CAR)
+    before = index.proxy(CAR).copy()
+    rng = np.random.default_rng(7)
+    frames = rng.choice(np.flatnonzero(unlabelled(index)), size=300, replace=False)
+    detections = toy.labels[toy.labels["frame"].isin(frames)]
+    assert index.add_labels(detections, frames) == 300
+    after = index.proxy(CAR)
+    assert np.array_equal(after[frames], truth[frames])
+    assert np.abs(after - truth).mean() < np.abs(before - truth).mean()
+    dist, pos = nearest(index.embeddings, index.embeddings[index.rep_frames], index.k)
+    assert np.allclose(index.distances, dist, atol=1e-4)
+    assert (index.positions == pos).mean() > 0.99  # up to ties
+    assert index.add_labels(detections, frames) == 0  # already representatives
+    with pytest.raises(ParameterError):
+        index.add_labels(detections, [N_FRAMES])
+
+
+def test_cracking_a_saved_index_invalidates_its_proxies(toy, tmp_path):
+    index = fresh_pixel_index(toy, reps=100)
+    index.save(tmp_path / "idx")
+    old = index.proxy(CAR).copy()
+    assert len(list((tmp_path / "idx" / "proxies").glob("*.npy"))) == 1
+    frames = np.flatnonzero(unlabelled(index))[:50]
+    index.add_labels(toy.labels[toy.labels["frame"].isin(frames)], frames)
+    assert not list((tmp_path / "idx" / "proxies").glob("*.npy"))
+    new = index.proxy(CAR)
+    assert not np.array_equal(new, old)
+    index.save(tmp_path / "idx")
+    reloaded = TastiIndex.load(tmp_path / "idx")
+    assert len(reloaded.rep_frames) == 150
+    assert np.array_equal(reloaded.proxy(CAR), new)
+
+
+def test_pixel_index_uses_reps_labels_and_seeds_reproduce(toy):
+    a = fresh_pixel_index(toy, reps=120, seed=3)
+    b = fresh_pixel_index(toy, reps=120, seed=3)
+    assert a.stats["oracle_calls"] == 120
+    assert np.array_equal(a.rep_frames, b.rep_frames)
+    assert np.array_equal(a.proxy(CAR), b.proxy(CAR))
+
+
+def test_labels_that_are_all_alike_fall_back_to_the_mining_embedding():
+    toy = ToyTraffic(n_frames=400, seed=2, rates={"car": 0.0})
+    oracle = CountingOracle(toy.labels.iloc[:0])  # the oracle sees nothing anywhere
+    index = TastiIndex.build(toy, oracle, train=40, reps=60, progress=False)
+    assert index.stats["triplets"] == 0 and "no triplets" in index.stats["embedding"]
+    assert np.array_equal(index.proxy(CAR), np.zeros(400))
+
+
+def test_bad_parameters_raise_before_any_oracle_call(toy):
+    oracle = CountingOracle(toy.labels)
+    with pytest.raises(ParameterError):
+        TastiIndex.build(toy, oracle, embedder="resnet", progress=False)
+    with pytest.raises(ParameterError):
+        TastiIndex.build(toy, oracle, k=0, progress=False)
+    assert oracle.calls == 0
+
+
+def test_label_fn_columns_are_checked(toy):
+    def bad_oracle(frames):
+        return pd.DataFrame({"frame": frames})
+
+    with pytest.raises(VidqlError, match="lack column"):
+        TastiIndex.build(toy, bad_oracle, reps=20, embedder="pixel", progress=False)

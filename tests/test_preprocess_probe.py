@@ -1,0 +1,136 @@
+"""probe_video: exact layout of good videos, clear VideoErrors for bad ones."""
+from pathlib import Path
+
+import av
+from av.video.frame import PictureType
+import numpy as np
+import pytest
+
+from vidql.engine.errors import VideoError
+from vidql.preprocess import probe_video
+from vidql.preprocess.testclip import counter_frame, write_counter_video
+
+SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+def shared_clip(name: str) -> Path:
+    path = SHARED_DATA / name
+    if not path.exists():
+        pytest.skip(f"shared clip {path} is absent")
+    return path
+
+
+@pytest.fixture(scope="module")
+def clip(tmp_path_factory) -> Path:
+    return Path(write_counter_video(tmp_path_factory.mktemp("probe") / "counter.mp4", 60, gop=12, bframes=2))
+
+
+def test_generated_h264_layout_from_packets(clip):
+    info = probe_video(clip)
+    assert (info.codec, info.width, info.height, info.frame_count) == ("h264", 320, 240, 60)
+    assert info.fps == pytest.approx(30.0)
+    assert info.duration == pytest.approx(2.0)
+    assert info.keyframes == (0, 12, 24, 36, 48)
+    assert info.counted_by == "packets"  # no full decode was needed
+    assert list(info.pts) == sorted(info.pts) and info.pts_unique
+    with av.open(str(clip)) as container:
+        decoded = [(f.pts, f.pict_type) for f in container.decode(video=0)]
+    assert [p for p, _ in decoded] == list(info.pts)
+    assert any(kind == PictureType.B for _, kind in decoded), "the clip should contain B-frames"
+
+
+def test_probe_is_hashable_and_frozen(clip):
+    info = probe_video(clip)
+    assert hash(info) == hash(probe_video(clip))
+    with pytest.raises(AttributeError):
+        info.frame_count = 3
+
+
+@pytest.mark.shared
+def test_highway_header_lies_count_by_decoding():
+    info = probe_video(shared_clip("highway.avi"))
+    assert info.codec == "mpeg4"
+    assert info.frame_count == 1699 != info.header_frame_count
+    assert info.counted_by == "decoding"
+    assert info.keyframes == (0, 300, 600, 900, 1200, 1500)
+    assert len(info.pts) == 1699 and info.pts_unique
+
+
+@pytest.mark.shared
+@pytest.mark.parametrize("name,count,size", [("ua_detrac.mp4", 252, (960, 540)),
+                                             ("indoor_people.mp4", 1394, (768, 432))])
+def test_shared_mp4_counts(name, count, size):
+    info = probe_video(shared_clip(name))
+    assert info.frame_count == count and (info.width, info.height) == size
+    assert info.counted_by == "packets" and info.keyframes[0] == 0
+
+
+# ---- bad inputs -------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def bad_files(tmp_path_factory, clip) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("bad")
+    rng = np.random.default_rng(0)
+    data = clip.read_bytes()
+    files = {}
+
+    def put(name: str, content: bytes) -> None:
+        files[name] = folder / name
+        files[name].write_bytes(content)
+
+    put("text.txt", b"hello world, this is not a video\n" * 50)
+    put("text.mp4", b"hello world, this is not a video\n" * 50)
+    put("empty.mp4", b"")
+    put("first_half_cut.mp4", data[len(data) // 2:])
+    put("second_half_cut.mp4", data[: len(data) // 2])
+    avi = Path(write_counter_video(folder / "mpeg4.avi", 24, codec="mpeg4")).read_bytes()
+    assert b"FMP4" in avi
+    put("unknown_codec.avi", avi.replace(b"FMP4", b"QQQQ"))
+    files["audio_only.m4a"] = folder / "audio_only.m4a"
+    with av.open(str(files["audio_only.m4a"]), "w") as container:
+        stream = container.add_stream("aac", rate=16000)
+        for i in range(10):
+            frame = av.AudioFrame.from_ndarray(np.zeros((1, 1024), np.float32), format="fltp", layout="mono")
+            frame.sample_rate, frame.pts = 16000, i * 1024
+            container.mux(stream.encode(frame))
+        container.mux(stream.encode(None))
+    # an mp4 with its index first (faststart), cut after two thirds of the data
+    files["faststart_cut.mp4"] = folder / "faststart_cut.mp4"
+    with av.open(str(folder / "faststart.mp4"), "w", options={"movflags": "faststart"}) as container:
+        stream = container.add_stream("libx264", rate=30)
+        stream.width, stream.height, stream.pix_fmt = 160, 120, "yuv420p"
+        for i in range(60):
+            container.mux(stream.encode(av.VideoFrame.from_ndarray(counter_frame(i, 160, 120), format="rgb24")))
+        container.mux(stream.encode(None))
+    whole = (folder / "faststart.mp4").read_bytes()
+    put("faststart_cut.mp4", whole[: len(whole) * 2 // 3])
+    avi_noise = bytearray(Path(write_counter_video(folder / "long.avi", 120, codec="mpeg4")).read_bytes())
+    middle = len(avi_noise) // 2
+    avi_noise[middle:middle + 3000] = rng.integers(0, 256, 3000, dtype=np.uint8).tobytes()
+    put("noise_in_middle.avi", bytes(avi_noise))
+    return files
+
+
+@pytest.mark.parametrize("name,words", [
+    ("missing.mp4", "does not exist"),
+    ("text.txt", "no video stream"),
+    ("text.mp4", "not a video"),
+    ("empty.mp4", "truncated, corrupt or not a video"),
+    ("audio_only.m4a", "no video stream"),
+    ("first_half_cut.mp4", "truncated, corrupt or not a video"),
+    ("second_half_cut.mp4", "truncated, corrupt or not a video"),
+    ("faststart_cut.mp4", "truncated file"),
+    ("unknown_codec.avi", "unsupported codec"),
+    ("noise_in_middle.avi", "corrupt"),
+])
+def test_bad_files_raise_video_error(bad_files, tmp_path, name, words):
+    path = bad_files.get(name, tmp_path / name)
+    with pytest.raises(VideoError) as caught:
+        probe_video(path)
+    assert caught.value.path == str(path)
+    assert words in str(caught.value)
+
+
+def test_directory_is_not_a_video(tmp_path):
+    with pytest.raises(VideoError, match="not a regular file"):
+        probe_video(tmp_path)
