@@ -17,8 +17,9 @@ Query kinds, decided in this order:
    BY return any n matching rows, so frames ranked by proxy and confirmed by the oracle
    are a correct answer. "Frame selection" means: one video table in FROM, a WHERE with a
    conjunct over frame functions, no aggregate, GROUP BY, HAVING, DISTINCT, window,
-   ORDER BY or OFFSET, and a constant LIMIT >= 1. `... ORDER BY cars DESC LIMIT 5` or a
-   LIMIT without a frame-function WHERE is exact SQL.
+   ORDER BY or OFFSET, a constant LIMIT >= 1, and well-formed frame-function calls (so
+   DuckDB's own `contains(name, 'x')` stays plain SQL). `... ORDER BY cars DESC LIMIT 5`
+   or a LIMIT without a frame-function WHERE is exact SQL.
 6. Otherwise 'exact'.
 
 Approximate aggregates read one video table, compute one AVG/SUM/COUNT that is a select

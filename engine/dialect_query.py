@@ -74,18 +74,22 @@ def _clause_at(tokens: list[Token], j: int, in_tail: bool) -> tuple[str, int] | 
 
 def _tail_start(text: str, tokens: list[Token], i0: int) -> int:
     """Index of the first vidql clause at parenthesis depth 0 (len(tokens) if none)."""
-    depth = 0
+    opened: list[Token] = []
     for j in range(i0, len(tokens)):
         tok = tokens[j]
         if tok.kind == "operator" and tok.text in OPEN:
-            depth += 1
+            opened.append(tok)
         elif tok.kind == "operator" and tok.text in CLOSE:
-            depth = max(depth - 1, 0)
+            if opened:
+                opened.pop()
         elif j > i0:
             hit = _clause_at(tokens, j, in_tail=False)
-            if hit and depth == 0:
+            if hit and not opened:
                 return j
             if hit and hit[1] == 2:
+                if sum(_paren(t) for t in tokens[j:]) + len(opened) > 0:
+                    raise QueryError(f"'{opened[-1].text}' is not closed", text, opened[-1].start,
+                                     hint="close it before the vidql clauses")
                 raise QueryError(f"{NAMES[hit[0]]} inside parentheses", text, tok.start,
                                  hint="vidql clauses go at the end of the outermost query")
     return len(tokens)
@@ -676,15 +680,13 @@ class _Analysis:
 
     def _exact_where(self) -> dict:
         table = self._single_table()
-        if table is None:
+        qualified = table is not None and (table.get("schema_name") or table.get("catalog_name"))
+        if table is None or (not qualified and table["table_name"].lower() in self.cte_names):
             return {}
         _, restriction = self._split_where()
         frame_range, ts_range = self._ranges(restriction, table)
-        video = None
-        if not (table.get("schema_name") or table.get("catalog_name")) \
-                and table["table_name"].lower() not in self.cte_names:
-            video = table["table_name"]
-        return dict(video=video, restriction=self._joined(restriction), frame_range=frame_range,
+        return dict(video=None if qualified else table["table_name"],
+                    restriction=self._joined(restriction), frame_range=frame_range,
                     ts_range=ts_range)
 
     def _ranges(self, parts, table):

@@ -65,7 +65,7 @@ def execute(db, stmt):
     if isinstance(stmt, PlainSQL):
         return _plain(db, stmt.sql)
     if isinstance(stmt, Query):
-        return _query(db, stmt)
+        return _query_result(db, stmt).relation
     raise TypeError(f"unknown statement {stmt!r}")
 
 
@@ -77,7 +77,8 @@ def _plain(db, sql: str):
     return rel
 
 
-def _query(db, q: Query):
+def _query_result(db, q: Query):
+    """Run a query (exact, approximate or EXPLAIN); returns a planner.Result."""
     from .planner import explain, run_approximate
 
     if q.explain:
@@ -87,7 +88,7 @@ def _query(db, q: Query):
     else:
         result = run_approximate(db, q)
     db.last_report = result.report
-    return result.relation
+    return result
 
 
 def _exact(db, q: Query):

@@ -199,8 +199,7 @@ def _run_aggregate(b: Binding, q: Query, seed: int, report: Report) -> pd.DataFr
                   max_samples=c.budget)
     error_kind = "relative" if c.error_relative else "absolute"
     if agg.func == "avg" and pred is not None:
-        result = queries.aggregate_error_bound_ratio(
-            b.n, _pair(b, stat, pred), proxy=b.proxy(stat), proxy_pred=b.proxy(pred), **common)
+        result = queries.aggregate_ratio_error_bound(b.n, _pair(b, stat, pred), **common)
         scale = 1.0
     else:
         target = stat if agg.func != "count" else pred

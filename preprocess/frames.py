@@ -29,13 +29,12 @@ class FrameReader:
 
     def __init__(self, path: str | os.PathLike, info: VideoInfo | None = None, *,
                  threads: int = 0, interpolation: str = "AREA",
-                 options: dict[str, str] | None = None, keyframes_only: bool = False):
+                 options: dict[str, str] | None = None):
         self.info = info if info is not None else probe_video(path)
         self.path = str(path)
         self.threads = threads
         self.interpolation = interpolation
         self.options = dict(options or {})
-        self.keyframes_only = keyframes_only
         self._index_of_pts = ({t: i for i, t in enumerate(self.info.pts)}
                               if self.info.pts_unique else None)
         self._container = None
@@ -72,7 +71,7 @@ class FrameReader:
         unique, rows = np.unique(wanted, return_inverse=True)
         order = np.argsort(rows, kind="stable")
         rows_of = np.split(order, np.cumsum(np.bincount(rows))[:-1])
-        for k, (_, frame) in enumerate(self._decode_frames(unique.tolist())):
+        for k, (_, frame) in enumerate(self.iter_frames(unique.tolist())):
             out[rows_of[k]] = self._to_rgb(frame, width, height)
         return out
 
@@ -103,7 +102,41 @@ class FrameReader:
         """Yield (frame number, decoded av.VideoFrame) for every frame start..stop-1, in order."""
         if start >= stop:
             return
-        yield from self._decode_frames(range(start, stop))
+        yield from self.iter_frames(range(start, stop))
+
+    def iter_keyframes(self, batch_size: int, size: Size | None = None
+                       ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """Yield (frame numbers, frames) of the keyframes only; the decoder skips every other frame.
+
+        Much cheaper than a full decode when a coarse sample of the video is enough.
+        """
+        if self._index_of_pts is None or self.info.counted_by != "packets":
+            # untrusted layouts (packed B-frames, missing pts): seek to each keyframe instead
+            keyframes = np.asarray(self.info.keyframes, dtype=np.int64)
+            for at in range(0, len(keyframes), batch_size):
+                yield keyframes[at:at + batch_size], self.read(keyframes[at:at + batch_size], size)
+            return
+        width, height = self._out_size(size)
+        names, pictures = [], []
+        with av.open(self.path) as container:
+            stream = container.streams.video[0]
+            stream.thread_type = "AUTO"
+            stream.codec_context.skip_frame = "NONKEY"
+            try:
+                for frame in container.decode(stream):
+                    index = self._index_of_pts.get(frame.pts)
+                    if index is None:
+                        continue
+                    names.append(index)
+                    pictures.append(self._to_rgb(frame, width, height))
+                    if len(names) == batch_size:
+                        yield np.asarray(names, dtype=np.int64), np.stack(pictures)
+                        names, pictures = [], []
+            except av.error.FFmpegError as exc:
+                raise VideoError(self.path, f"decoding keyframes failed after frame "
+                                            f"{names[-1] if names else 'none'} ({_reason(exc)})") from exc
+        if names:
+            yield np.asarray(names, dtype=np.int64), np.stack(pictures)
 
     def to_rgb(self, frame: "av.VideoFrame", size: Size | None = None) -> np.ndarray:
         """Convert one decoded frame to H×W×3 uint8 RGB at `size` (swscale does the resize)."""
@@ -111,8 +144,8 @@ class FrameReader:
         return self._to_rgb(frame, width, height)
 
     # -- decoding -------------------------------------------------------------------
-    def _decode_frames(self, targets: Sequence[int]) -> Iterator[tuple[int, "av.VideoFrame"]]:
-        """Yield (n, frame) for each target frame number (ascending, unique), seeking only to skip work."""
+    def iter_frames(self, targets: Sequence[int]) -> Iterator[tuple[int, "av.VideoFrame"]]:
+        """Yield (n, av.VideoFrame) for each target frame number (ascending, unique), seeking only to skip work."""
         info = self.info
         position = -1  # frame number of the last frame the open decoder produced
         decoding = None
@@ -192,8 +225,6 @@ class FrameReader:
                 stream.codec_context.thread_count = self.threads
             if self.options:
                 stream.codec_context.options = dict(self.options)
-            if self.keyframes_only:
-                stream.codec_context.skip_frame = "NONKEY"
             self._stream = stream
         return self._container
 

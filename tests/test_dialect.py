@@ -273,6 +273,7 @@ def test_script_splits_on_tokens_not_text():
     ("SELECT frame FROM night WHERE contains('bus') ORDER BY frame LIMIT 3 GAP 2", "frame LIMIT", "ORDER BY"),
     ("SELECT frame FROM night WHERE contains(bus) FIND RARE ORACLE BUDGET 5", "bus", "quoted"),
     ("SELECT (SELECT 1 ORACLE BUDGET 3)", "ORACLE", "parentheses"),
+    ("SELECT AVG(objects('car') FROM night ERROR WITHIN 1", "(objects", "not closed"),
     ("CREATE TABLE t AS SELECT 1 CONFIDENCE 95%", "CONFIDENCE", "SELECT queries only"),
     ("EXPLAIN", None, "needs a query"),
     ("EXPLAIN SHOW VIDEOS", "SHOW", "plan of a query"),

@@ -106,6 +106,12 @@ class Database:
         return idx.proxy(statistic)
 
     # ---- queries ------------------------------------------------------------------
+    def video(self, name: str):
+        """Start a Python query over a video: `db.video("night").where(...).select(...)`."""
+        from vidql.api import VideoQuery
+
+        return VideoQuery(self, self.catalog.video_row(name)["name"])
+
     def sql(self, query: str):
         """Run one statement or a `;`-separated script; returns the last result."""
         from vidql.engine.executor import execute_script

@@ -1,0 +1,71 @@
+"""Exact SQL: frame functions over oracle labels, frame ranges, plain DuckDB, catalog SQL."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import vidql
+from vidql.engine.errors import CatalogError, QueryError
+
+
+@pytest.fixture()
+def db(counter_clip, oracle_module):
+    with vidql.connect(progress=False) as db:
+        db.sql(f"LOAD VIDEO '{counter_clip}' AS clip")
+        db.sql("CREATE ORACLE bright FROM PYTHON 'vq_test_oracle:BrightnessOracle'; "
+               "SET ORACLE clip = bright")
+        yield db
+
+
+def _brightness_counts(counter_clip, frames):
+    from vidql.preprocess.frames import FrameReader
+
+    with FrameReader(counter_clip) as reader:
+        return np.array([int(f.mean() // 64) for f in reader.read(frames)])
+
+
+def test_frame_functions_match_the_oracle(db, counter_clip, oracle_module):
+    df = db.sql("SELECT frame, objects('car') AS cars, contains('car') AS any_car, "
+                "objects('car', 0.95) AS sure FROM clip WHERE frame < 40 ORDER BY frame").df()
+    expected = _brightness_counts(counter_clip, np.arange(40))
+    assert list(df["frame"]) == list(range(40))
+    assert np.array_equal(df["cars"].to_numpy(), expected)
+    assert np.array_equal(df["any_car"].to_numpy(), expected >= 1)
+    assert (df["sure"] == 0).all()  # the oracle's scores are 0.9
+    assert db.last_report.oracle_calls == 40  # only the restricted range was labelled
+    db.sql("SELECT count(*) FROM clip WHERE frame < 40 AND objects('car') >= 1")
+    assert db.last_report.oracle_calls == 0 and db.last_report.cache_hits == 40
+
+
+def test_objects_table_and_whole_video(db, counter_clip):
+    n = db.sql("SELECT count(*) AS n FROM clip.objects").df()["n"][0]
+    assert n == _brightness_counts(counter_clip, np.arange(120)).sum()
+    assert db.last_report.oracle_calls == 120
+    avg = db.sql("SELECT avg(objects(*)) AS a FROM clip").df()["a"][0]
+    assert avg == pytest.approx(n / 120)
+
+
+def test_plain_sql_and_catalog_statements(db):
+    db.sql("CREATE TABLE notes AS SELECT 1 AS x")
+    assert db.sql("SELECT x FROM notes").df()["x"].tolist() == [1]
+    assert db.sql("SHOW VIDEOS").df()["name"].tolist() == ["clip"]
+    assert db.sql("SHOW ORACLES").df()["name"].tolist() == ["bright"]
+    plan = db.sql("EXPLAIN SELECT count(*) FROM clip WHERE objects('car') >= 2").df()
+    assert plan["estimated_oracle_calls"][0] == 120
+    assert db.labels("clip").stats.oracle_calls == 0  # EXPLAIN calls no oracle
+    db.sql("DROP VIDEO clip")
+    assert db.sql("SHOW VIDEOS").df().empty
+
+
+@pytest.mark.parametrize("query, error", [
+    ("SELECT objects(car) FROM clip", QueryError),
+    ("SELECT objects('car') FROM nothere", QueryError),
+    ("SELECT objects('car' FROM clip", QueryError),
+    ("LOAD VIDEO 'x.mp4' AS", QueryError),
+    ("SET ORACLE clip = nope", CatalogError),
+    ("SELECT AVG(objects('car')) FROM clip ERROR WITHIN 0.1 CONFIDENCE 120%", QueryError),
+])
+def test_malformed_queries_raise_vidql_errors(db, query, error):
+    with pytest.raises(error):
+        db.sql(query)
+    assert db.sql("SHOW VIDEOS").df()["name"].tolist() == ["clip"]
