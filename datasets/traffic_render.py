@@ -16,7 +16,7 @@ from .synthetic import (BUS, CAR, FIRST_LANE_ROW, JITTER, LANES, PERSON, ROW_GRO
                         Placements, TrafficScene, _rng, _timeline, decode_sprite_code,
                         pixel_size)
 
-LEVELS = 48  # quantised scene gains
+LEVELS = 96  # quantised scene gains (steps of about 2 grey levels)
 GAIN_RANGE = (0.22, 1.1)
 NOISE_SIGMAS = (2.0, 3.5, 5.0, 6.5)  # grey levels, by darkness
 NOISE_PAD = 16
@@ -262,8 +262,8 @@ class TrafficRenderer:
         bounds = np.searchsorted(pl.frame, np.arange(f0, f1 + 1)).tolist()
         codes = self._codes[pl.obj].tolist()
         kinds = self._kinds[pl.obj].tolist()
-        pose = np.where(pl.moving & (self._kinds[pl.obj] == PERSON),
-                        1 + (pl.frame // 6 + pl.obj) % 2, 0).tolist()
+        walking = pl.moving & (self._kinds[pl.obj] == PERSON)
+        pose = np.where(walking, (pl.frame // 6 + pl.obj) % 2, 0).tolist()  # legs apart or not
         x1s, y1s = pl.x1.tolist(), pl.y1.tolist()
         frame = np.empty((H, W, 3), np.uint8)
         for k in range(f1 - f0):
@@ -272,7 +272,7 @@ class TrafficRenderer:
             bg = self._background(level)
             np.copyto(frame, bg[m + jy[k]:m + jy[k] + H, m + jx[k]:m + jx[k] + W])
             for r in range(bounds[k], bounds[k + 1]):
-                rgb, mask = self._sprite(codes[r], pose[r] and pose[r] - 1, level)
+                rgb, mask = self._sprite(codes[r], pose[r], level)
                 x, y = x1s[r], y1s[r]
                 _paste(frame, rgb, mask, x, y)
                 if dark and kinds[r] != PERSON:

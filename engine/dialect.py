@@ -109,7 +109,8 @@ def describe(stmt: Statement) -> str:
     if isinstance(stmt, ShowOracles):
         return "list the oracles"
     if isinstance(stmt, CreateIndex):
-        return f"build {stmt.method} index {stmt.name} on video {stmt.video}{_options(stmt.options)}"
+        return (f"build {stmt.method} index {stmt.name} on video {stmt.video}"
+                f"{_options(stmt.options)}")
     if isinstance(stmt, ShowIndexes):
         return "list the indexes"
     if isinstance(stmt, DropIndex):

@@ -113,7 +113,8 @@ def _create_index(c: Cursor, hint: str) -> CreateIndex:
         method_pos = c.here()
         method = c.name("the index method", hint).upper()
         if method not in INDEX_METHODS:
-            raise c.error(f"unknown index method {method}", f"vidql builds {', '.join(INDEX_METHODS)} "
-                          "indexes: " + hint, method_pos)
+            methods = ", ".join(INDEX_METHODS)
+            raise c.error(f"unknown index method {method}",
+                          f"vidql builds {methods} indexes: {hint}", method_pos)
     options = c.options(hint) if c.accept("WITH") else {}
     return CreateIndex(name, video, method, options)

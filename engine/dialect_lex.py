@@ -45,6 +45,13 @@ class Token:
         return None
 
 
+def paren(tok: Token) -> int:
+    """+1 for an opening bracket, -1 for a closing one, 0 for any other token."""
+    if tok.kind != "operator":
+        return 0
+    return 1 if tok.text in OPEN else -1 if tok.text in CLOSE else 0
+
+
 def byte_to_char(text: str):
     """Function mapping a UTF-8 byte offset of `text` to its character offset."""
     if text.isascii():
@@ -232,7 +239,8 @@ class Cursor:
         """A single-quoted string literal."""
         tok = self.peek()
         if tok is None or tok.kind != "string" or not tok.text.startswith("'"):
-            extra = " (strings take single quotes)" if tok is not None and tok.text.startswith('"') else ""
+            quoted = tok is not None and tok.text.startswith('"')
+            extra = " (strings take single quotes)" if quoted else ""
             raise self.error(f"expected {what} in single quotes, got {self.shown()}{extra}", hint)
         self.i += 1
         return string_value(tok)

@@ -2,7 +2,8 @@
 with DuckDB's parser (`json_serialize_sql`), decide the query kind and extract what the
 planner needs (video table, aggregate, frame predicate, frame/ts range, GROUP BY).
 
-The kind rule is documented on `vidql.engine.dialect`.
+The kind rule is documented on `vidql.engine.dialect`; the clauses themselves are read
+by `dialect_clauses`.
 """
 from __future__ import annotations
 
@@ -10,24 +11,12 @@ import json
 import math
 from bisect import bisect_left
 
-from .dialect_lex import CLOSE, OPEN, Cursor, Token, byte_to_char, connection
+from .dialect_clauses import CLAUSE_HINT, NAMES, ONE_WORD, SECOND_WORDS, read_tail, tail_start
+from .dialect_lex import Token, byte_to_char, connection, paren
 from .dialect_statements import Aggregate, Clauses, OutputColumn, Query
 from .errors import QueryError
 from .framestat import FRAME_FUNCTIONS, parse_frame_expr
 
-TWO_WORD = {("ERROR", "WITHIN"): "error", ("ORACLE", "BUDGET"): "budget",
-            ("RECALL", "TARGET"): "recall", ("PRECISION", "TARGET"): "precision",
-            ("FIND", "RARE"): "rare", ("USING", "ORACLE"): "oracle", ("USING", "INDEX"): "index"}
-ONE_WORD = {"CONFIDENCE": "confidence", "GAP": "gap", "SEED": "seed"}
-NAMES = {"error": "ERROR WITHIN", "budget": "ORACLE BUDGET", "recall": "RECALL TARGET",
-         "precision": "PRECISION TARGET", "rare": "FIND RARE", "oracle": "USING ORACLE",
-         "index": "USING INDEX", "confidence": "CONFIDENCE", "gap": "GAP", "seed": "SEED",
-         "limit": "LIMIT", "offset": "OFFSET"}
-SECOND_WORDS = {"ERROR": ["WITHIN"], "ORACLE": ["BUDGET"], "RECALL": ["TARGET"],
-                "PRECISION": ["TARGET"], "FIND": ["RARE"], "USING": ["ORACLE", "INDEX"]}
-CLAUSE_HINT = ("vidql clauses come after the SQL: ERROR WITHIN x or x%, CONFIDENCE 95%, "
-               "ORACLE BUDGET n, LIMIT n GAP g, RECALL TARGET 90%, PRECISION TARGET 90%, "
-               "FIND RARE, USING ORACLE name, USING INDEX name, SEED n")
 APPROX_AGGREGATES = {"avg": "avg", "mean": "avg", "sum": "sum", "count": "count",
                      "count_star": "count"}
 COMPARISONS = {"COMPARE_EQUAL": "=", "COMPARE_LESSTHAN": "<", "COMPARE_LESSTHANOREQUALTO": "<=",
@@ -39,8 +28,8 @@ NO_LOCATION = 1 << 62
 def parse_query(text: str, tokens: list[Token], i0: int, explain: bool) -> Query | None:
     """Parse the statement `tokens[i0:]` of `text`; None when DuckDB reads it as a
     statement other than a query (and it has no vidql clause): plain SQL."""
-    tail = _tail_start(text, tokens, i0)
-    clauses, positions, limit_spans = _read_tail(text, tokens, i0, tail)
+    tail = tail_start(text, tokens, i0)
+    clauses, positions, limit_spans = read_tail(text, tokens, i0, tail)
     body = (tokens[i0].start, tokens[tail - 1].end)
     pieces, sql = _assemble(text, body, limit_spans)
     node = _duckdb_ast(text, sql, pieces, tokens)
@@ -52,180 +41,6 @@ def parse_query(text: str, tokens: list[Token], i0: int, explain: bool) -> Query
         return None
     analysis = _Analysis(text, tokens[i0:], sql, pieces, node)
     return analysis.query(clauses, positions, explain, text[tokens[0].start:tokens[-1].end])
-
-
-# ---------------------------------------------------------------- clauses (token level)
-
-def _clause_at(tokens: list[Token], j: int, in_tail: bool) -> tuple[str, int] | None:
-    """The clause starting at tokens[j], as (key, keyword count), or None. Outside the
-    tail, CONFIDENCE/GAP/SEED count only when a number follows (else they are names)."""
-    word = tokens[j].word
-    if word is None:
-        return None
-    nxt = tokens[j + 1] if j + 1 < len(tokens) else None
-    if nxt is not None and (word, nxt.word) in TWO_WORD:
-        return TWO_WORD[(word, nxt.word)], 2
-    if word in ONE_WORD and (in_tail or (nxt is not None and nxt.kind == "number")):
-        return ONE_WORD[word], 1
-    if in_tail and word in ("LIMIT", "OFFSET"):
-        return word.lower(), 1
-    return None
-
-
-def _tail_start(text: str, tokens: list[Token], i0: int) -> int:
-    """Index of the first vidql clause at parenthesis depth 0 (len(tokens) if none)."""
-    opened: list[Token] = []
-    for j in range(i0, len(tokens)):
-        tok = tokens[j]
-        if tok.kind == "operator" and tok.text in OPEN:
-            opened.append(tok)
-        elif tok.kind == "operator" and tok.text in CLOSE:
-            if opened:
-                opened.pop()
-        elif j > i0:
-            hit = _clause_at(tokens, j, in_tail=False)
-            if hit and not opened:
-                return j
-            if hit and hit[1] == 2:
-                if sum(_paren(t) for t in tokens[j:]) + len(opened) > 0:
-                    raise QueryError(f"'{opened[-1].text}' is not closed", text, opened[-1].start,
-                                     hint="close it before the vidql clauses")
-                raise QueryError(f"{NAMES[hit[0]]} inside parentheses", text, tok.start,
-                                 hint="vidql clauses go at the end of the outermost query")
-    return len(tokens)
-
-
-def _read_tail(text, tokens, i0, tail):
-    """Parse the clauses of tokens[tail:]; LIMIT/OFFSET there are kept as SQL spans."""
-    values: dict = {}
-    positions: dict[str, int] = {}
-    limit_spans: list[tuple[int, int]] = []
-    in_body = {t.word for t in _depth_zero(tokens[i0:tail])} & {"LIMIT", "OFFSET"}
-    j = tail
-    while j < len(tokens):
-        hit = _clause_at(tokens, j, in_tail=True)
-        tok = tokens[j]
-        if hit is None:
-            _unexpected(text, tokens, j)
-        key, width = hit
-        if key in positions or key.upper() in in_body:
-            raise QueryError(f"{NAMES[key]} given twice", text, tok.start, hint=CLAUSE_HINT)
-        positions[key] = tok.start
-        if key in ("limit", "offset"):
-            k = j + 1
-            depth = 0
-            while k < len(tokens) and not (depth == 0 and _clause_at(tokens, k, True)):
-                if tokens[k].kind == "operator" and tokens[k].text in OPEN:
-                    depth += 1
-                elif tokens[k].kind == "operator" and tokens[k].text in CLOSE:
-                    depth -= 1
-                k += 1
-            if k == j + 1:
-                raise QueryError(f"{NAMES[key]} needs a number", text, tok.end,
-                                 hint=f"write {NAMES[key]} 10")
-            limit_spans.append((tok.start, tokens[k - 1].end))
-            j = k
-            continue
-        cursor = Cursor(text, tokens, j + width)
-        values[key] = _READERS[key](cursor)
-        j = cursor.i
-    return _clauses(values), positions, limit_spans
-
-
-def _depth_zero(tokens: list[Token]):
-    depth = 0
-    for tok in tokens:
-        if tok.kind == "operator" and tok.text in OPEN:
-            depth += 1
-        elif tok.kind == "operator" and tok.text in CLOSE:
-            depth -= 1
-        elif depth == 0:
-            yield tok
-
-
-def _unexpected(text: str, tokens: list[Token], j: int):
-    tok = tokens[j]
-    if tok.word in SECOND_WORDS:
-        options = " or ".join(f"{tok.word} {w}" for w in SECOND_WORDS[tok.word])
-        nxt = tokens[j + 1] if j + 1 < len(tokens) else None
-        shown = repr(nxt.text) if nxt else "the end of the query"
-        raise QueryError(f"expected {options}, got {tok.text} {shown}", text,
-                         nxt.start if nxt else tok.end, hint=CLAUSE_HINT)
-    raise QueryError(f"unexpected {tok.text!r} after the vidql clauses", text, tok.start,
-                     hint=CLAUSE_HINT)
-
-
-def _clauses(values: dict) -> Clauses:
-    error = values.get("error")
-    return Clauses(error=error[0] if error else None, error_relative=bool(error and error[1]),
-                   confidence=values.get("confidence"), budget=values.get("budget"),
-                   gap=values.get("gap"), recall_target=values.get("recall"),
-                   precision_target=values.get("precision"), find_rare="rare" in values,
-                   oracle=values.get("oracle"), index=values.get("index"),
-                   seed=values.get("seed"))
-
-
-def _read_error(c: Cursor) -> tuple[float, bool]:
-    hint = "write ERROR WITHIN 0.1 (absolute, on the per-frame mean) or ERROR WITHIN 5% (relative)"
-    value, num, percent = c.number("ERROR WITHIN", hint)
-    if percent:
-        if not 0.0 < value < 100.0:
-            raise c.error(f"ERROR WITHIN {num.text}% is outside (0%, 100%)", hint, num.start)
-        return value / 100.0, True
-    if not value > 0.0 or not math.isfinite(value):
-        raise c.error(f"ERROR WITHIN {num.text} must be a positive number", hint, num.start)
-    return value, False
-
-
-def _fraction_reader(name: str, upper_inclusive: bool):
-    def read(c: Cursor) -> float:
-        ok_range = "(0%, 100%]" if upper_inclusive else "(0%, 100%)"
-        hint = f"{name} is a percentage in {ok_range}: write e.g. 95% or 0.95"
-        value, num, percent = c.number(name, hint)
-        if not percent and value > 1.0:
-            raise c.error(f"{name} {num.text} is not a fraction", hint=(
-                f"write {num.text}% or {value / 100:g}" if value <= 100 else hint),
-                position=num.start)
-        fraction = value / 100.0 if percent else value
-        shown = num.text + ("%" if percent else "")
-        if not (0.0 < fraction < 1.0 or (upper_inclusive and fraction == 1.0)):
-            raise c.error(f"{name} {shown} is outside {ok_range}", hint, num.start)
-        return fraction
-    return read
-
-
-def _count_reader(name: str, minimum: int, what: str):
-    def read(c: Cursor) -> int:
-        hint = f"{name} takes {what}"
-        value, num, percent = c.number(name, hint)
-        if percent:
-            raise c.error(f"{name} takes a whole number, not a percentage", hint, num.start)
-        if not num.text.lstrip("+- ").replace("_", "").isdigit():
-            raise c.error(f"{name} {num.text} is not a whole number", hint, num.start)
-        if value < minimum:
-            raise c.error(f"{name} {num.text} is below {minimum}", hint, num.start)
-        return int(value)
-    return read
-
-
-def _name_reader(name: str):
-    def read(c: Cursor) -> str:
-        return c.name(f"a name after {name}", hint=f"write {name} name")
-    return read
-
-
-_READERS = {
-    "error": _read_error,
-    "confidence": _fraction_reader("CONFIDENCE", upper_inclusive=False),
-    "recall": _fraction_reader("RECALL TARGET", upper_inclusive=True),
-    "precision": _fraction_reader("PRECISION TARGET", upper_inclusive=True),
-    "budget": _count_reader("ORACLE BUDGET", 1, "a positive whole number of oracle calls"),
-    "gap": _count_reader("GAP", 0, "a whole number of frames >= 0"),
-    "seed": _count_reader("SEED", 0, "a whole number >= 0"),
-    "rare": lambda c: True,
-    "oracle": _name_reader("USING ORACLE"),
-    "index": _name_reader("USING INDEX"),
-}
 
 
 # ---------------------------------------------------------------- SQL text and DuckDB's AST
@@ -384,16 +199,16 @@ class _Analysis:
             return start, end
         depth = low = 0
         for k in range(a, b + 1):
-            depth += _paren(toks[k])
+            depth += paren(toks[k])
             low = min(low, depth)
         need = -low
         while need > 0 and a > 0:
             a -= 1
-            need -= _paren(toks[a])
+            need -= paren(toks[a])
         need = depth - low
         while need > 0 and b + 1 < len(toks):
             b += 1
-            need += _paren(toks[b])
+            need += paren(toks[b])
         return toks[a].start, max(end, toks[b].end)
 
     def grouped_span(self, node) -> tuple[int, int]:
@@ -651,7 +466,8 @@ class _Analysis:
             return ()
         columns = []
         for item in self.select.get("select_list", []):
-            if item.get("class") == "STAR" and item.get("query_location", NO_LOCATION) >= NO_LOCATION:
+            located = item.get("query_location", NO_LOCATION) < NO_LOCATION
+            if item.get("class") == "STAR" and not located:
                 text = (item.get("relation_name") + ".*") if item.get("relation_name") else "*"
             else:
                 text = self.text_of(item)
@@ -726,8 +542,8 @@ class _Analysis:
         table = self.select["from_table"]
         predicate, restriction = self._split_where()
         frame_range, ts_range = self._ranges(restriction, table)
-        fields = dict(video=table["table_name"], restriction=self._joined(restriction), frame_range=frame_range,
-                      ts_range=ts_range)
+        fields = dict(video=table["table_name"], restriction=self._joined(restriction),
+                      frame_range=frame_range, ts_range=ts_range)
         if predicate:
             for part in predicate:  # one by one, so that errors point at the right place
                 start, end = self.span(part)
@@ -753,7 +569,8 @@ class _Analysis:
         if func is None:
             self.fail(f"{name.upper()} cannot be approximated", self.pos(call),
                       "use AVG, SUM or COUNT")
-        if call.get("distinct") or call.get("filter") or (call.get("order_bys") or {}).get("orders"):
+        ordered = (call.get("order_bys") or {}).get("orders")
+        if call.get("distinct") or call.get("filter") or ordered:
             self.fail(f"{name.upper()} with DISTINCT, FILTER or ORDER BY cannot be approximated",
                       self.pos(call), "use a WHERE condition instead of FILTER")
         args = [a["expression"] if "expression" in a else a for a in call.get("arguments", [])]
@@ -804,12 +621,6 @@ class _Analysis:
             return {}
         start = self.span(group_node)[0]
         return dict(group_by=group_text, group_expr=parse_frame_expr(group_text, start, self.text))
-
-
-def _paren(tok: Token) -> int:
-    if tok.kind != "operator":
-        return 0
-    return 1 if tok.text in OPEN else -1 if tok.text in CLOSE else 0
 
 
 def _normal(sql: str) -> str:

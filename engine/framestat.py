@@ -13,6 +13,7 @@ import duckdb
 import numpy as np
 import pandas as pd
 
+from .dialect_lex import byte_to_char
 from .errors import QueryError
 
 FRAME_FUNCTIONS = ("objects", "contains")
@@ -74,8 +75,10 @@ def parse_frame_expr(text: str, offset: int = 0, full_query: str | None = None) 
         tokens = duckdb.tokenize(text)
     except Exception as exc:  # the tokenizer rejects e.g. unterminated strings
         raise QueryError(f"cannot tokenize query: {exc}", query, offset) from None
-    bounds = [pos for pos, _ in tokens] + [len(text)]
-    spans = [(pos, text[pos:bounds[i + 1]].rstrip(), kind) for i, (pos, kind) in enumerate(tokens)]
+    to_char = byte_to_char(text)  # DuckDB's offsets count UTF-8 bytes
+    bounds = [to_char(pos) for pos, _ in tokens] + [len(text)]
+    spans = [(bounds[i], text[bounds[i]:bounds[i + 1]].rstrip(), kind)
+             for i, (_, kind) in enumerate(tokens)]
     functions: list[FrameFunction] = []
     pieces: list[str] = []
     last = 0

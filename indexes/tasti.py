@@ -117,7 +117,8 @@ class TastiIndex:
               seed: int = 0, embedder: str = "triplet", size: tuple[int, int] = (64, 36),
               progress: bool = True, identity: dict | None = None, weights=None,
               dim: int = 128, triplets: int = 12_000, lr: float = 1e-3, margin: float = 1.0,
-              box_tol: float = 1.0, eps: float = DEFAULT_EPS, threads: int = 2) -> "TastiIndex":
+              count_weight: float = 1.0, jitter: bool = True, box_tol: float = 1.0,
+              eps: float = DEFAULT_EPS, threads: int = 2) -> "TastiIndex":
         """Embed every frame of `source`, label `reps` representatives through `label_fn`
         and find each frame's `k` nearest representatives.
 
@@ -138,7 +139,7 @@ class TastiIndex:
                 raise ParameterError(f"{name} must be >= {low}, got {value}")
         config = dict(train=int(train), reps=int(reps), k=int(k), seed=int(seed), embedder=embedder,
                       size=list(size), dim=int(dim), triplets=int(triplets), lr=lr, margin=margin,
-                      box_tol=box_tol)
+                      count_weight=count_weight, jitter=jitter, box_tol=box_tol)
         previous_threads = torch.get_num_threads()
         torch.set_num_threads(threads)
         try:
@@ -213,7 +214,8 @@ class TastiIndex:
         images = source.read(train_frames, size=size)
         model, fit = train_triplet_network(
             images, close, counts, train_frames, dim=cfg["dim"], triplets=cfg["triplets"],
-            lr=cfg["lr"], margin=cfg["margin"], seed=cfg["seed"], progress=progress)
+            lr=cfg["lr"], margin=cfg["margin"], count_weight=cfg["count_weight"],
+            jitter=cfg["jitter"], seed=cfg["seed"], progress=progress)
         stats.update(fit)
         lap("train")
         del mining

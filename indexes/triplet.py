@@ -96,14 +96,24 @@ def sample_triplets(close: np.ndarray, counts: np.ndarray, times: np.ndarray,
 def train_triplet_network(images: np.ndarray, close: np.ndarray, counts: np.ndarray,
                           times: np.ndarray, *, dim: int = 128, triplets: int = 12_000,
                           batch_size: int = 32, lr: float = 1e-3, margin: float = 1.0,
-                          seed: int = 0, progress: bool = True) -> tuple[CompactCNN, dict]:
+                          count_weight: float = 1.0, jitter: bool = True, seed: int = 0,
+                          progress: bool = True) -> tuple[CompactCNN, dict]:
     """Train a CompactCNN on `images` (uint8 T×H×W×3) with triplet loss until about
-    `triplets` triplets have been seen; returns the network and training figures."""
+    `triplets` triplets have been seen; returns the network and training figures.
+
+    With `count_weight` > 0, a linear head on the embedding also regresses each frame's
+    standardised log class counts (a training-only auxiliary loss), which orders the
+    embedding by counts and so keeps neighbours' counts alike. With `jitter`, each image's
+    brightness and contrast are varied at random, so lighting alone cannot separate frames."""
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
     device = torch_device()
     model = CompactCNN(out_dim=dim).to(device)
-    optimiser = torch.optim.Adam(model.parameters(), lr=lr)
+    target = np.log1p(counts.astype(np.float32))
+    target = (target - target.mean(axis=0)) / np.maximum(target.std(axis=0), 1e-6)
+    target = torch.from_numpy(target).to(device)
+    head = torch.nn.Linear(dim, counts.shape[1]).to(device)
+    optimiser = torch.optim.Adam([*model.parameters(), *head.parameters()], lr=lr)
     loss_fn = torch.nn.TripletMarginLoss(margin=margin)
     x = to_tensor(images, device)
     seen, losses = 0, []
@@ -117,8 +127,13 @@ def train_triplet_network(images: np.ndarray, close: np.ndarray, counts: np.ndar
                 batch = torch.from_numpy(epoch[start:start + batch_size]).to(device)
                 if len(batch) < 2:  # BatchNorm needs more than one sample
                     continue
-                z = model(x[batch.reshape(-1)]).view(len(batch), 3, -1)
-                loss = loss_fn(z[:, 0], z[:, 1], z[:, 2])
+                frames = batch.reshape(-1)
+                inputs = _jitter(x[frames]) if jitter else x[frames]
+                z = model(inputs)
+                zt = z.view(len(batch), 3, -1)
+                loss = loss_fn(zt[:, 0], zt[:, 1], zt[:, 2])
+                if count_weight > 0 and counts.shape[1]:
+                    loss = loss + count_weight * torch.nn.functional.mse_loss(head(z), target[frames])
                 optimiser.zero_grad()
                 loss.backward()
                 optimiser.step()
@@ -130,3 +145,11 @@ def train_triplet_network(images: np.ndarray, close: np.ndarray, counts: np.ndar
     model.eval()
     tail = losses[-max(1, len(losses) // 10):] if losses else [float("nan")]
     return model, {"triplets": seen, "final_loss": float(np.mean(tail))}
+
+
+def _jitter(x: torch.Tensor) -> torch.Tensor:
+    """Random per-image contrast (×0.6–1.4) and brightness (±0.4 std) on normalised images."""
+    n = len(x)
+    gain = torch.empty(n, 1, 1, 1, device=x.device).uniform_(0.6, 1.4)
+    shift = torch.empty(n, 1, 1, 1, device=x.device).uniform_(-0.4, 0.4)
+    return x * gain + shift

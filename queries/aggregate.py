@@ -1,9 +1,15 @@
 """Aggregates with an error bound (BlazeIt-style): sample frames without replacement until
-an empirical Bernstein-Serfling bound, checked at geometric epochs, meets the error asked.
+a finite-sample confidence interval meets the error asked for.
 
 `aggregate_error_bound` estimates the per-frame mean of a statistic (SUM and COUNT are
 n * mean), by uniform sampling or with a proxy as control variate.
 `aggregate_ratio_error_bound` estimates AVG(stat) over the frames where a predicate holds.
+
+Two interval constructions, both valid wherever sampling stops:
+- 'bernstein' (default): empirical Bernstein-Serfling intervals checked at geometric
+  epochs ceil(beta**k), level delta_j = delta (p-1)/(p j^p) at the j-th check (EBStop).
+- 'betting': a without-replacement betting confidence sequence (see `betting.py`), which
+  needs no union over checks and pays far less for a wide value range.
 """
 from __future__ import annotations
 
@@ -14,6 +20,7 @@ import numpy as np
 
 from vidql.engine.errors import ParameterError
 
+from .betting import betting_interval, mean_increments, predictable_variance, ratio_increments
 from .bounds import (SERFLING_KAPPA, RunningMoments, epoch_checkpoints, epoch_delta,
                      eb_serfling_halfwidth, serfling_rho)
 from .oracle_calls import DistinctOracle, as_values, split_pair
@@ -21,13 +28,14 @@ from .results import AggregateResult
 from .validation import (check_confidence, check_int, check_positive, check_scores,
                          check_value_range, make_rng)
 
+BOUNDS = ("bernstein", "betting")
 # Without a declared value range, the range is read off the sample (no guarantee then);
 # never stop before this many samples in that case.
 MIN_SAMPLES_WITHOUT_RANGE = 30
 
 
 class _Sampler:
-    """Draws frames in a random order, labels them in batches and remembers the range seen."""
+    """Labels frames in one random order, in batches, keeping the values in that order."""
 
     def __init__(self, n: int, true_values: Callable, rng: np.random.Generator, batch: int):
         self.n = n
@@ -48,12 +56,14 @@ class _Sampler:
         return np.sort(self.order[:self.taken])
 
 
-def _check_common(n, error, confidence, batch, max_samples, seed, value_range):
+def _check_common(n, error, confidence, batch, max_samples, seed, value_range, bound):
     n = check_int("n", n, 1)
     error = check_positive("error", error)
     confidence = check_confidence(confidence)
     batch = check_int("batch", batch, 1)
     limit = n if max_samples is None else min(n, check_int("max_samples", max_samples, 2))
+    if bound not in BOUNDS:
+        raise ParameterError(f"bound must be one of {BOUNDS}; got {bound!r}")
     return n, error, confidence, batch, limit, make_rng(seed), check_value_range(value_range)
 
 
@@ -67,72 +77,101 @@ def _stop(estimate: float, low: float, high: float, error: float, relative: bool
     return False
 
 
-def _outside(values: np.ndarray, value_range) -> None:
+def _check_inside(values: np.ndarray, value_range) -> None:
     if value_range is not None and values.size and (
             values.min() < value_range[0] or values.max() > value_range[1]):
         raise ParameterError(f"the oracle returned values in [{values.min()}, {values.max()}], "
                              f"outside the declared value_range {value_range}; widen it")
 
 
+def _bets(d: np.ndarray, width: float, error: float, relative: bool, scale: np.ndarray | None = None):
+    """Predictable bets aimed at resolving the answer to within the error asked."""
+    var = np.maximum(predictable_variance(d, (width / 2.0) ** 2), 1e-12)
+    if relative:
+        prev = np.concatenate([[0.0], np.cumsum(d[:-1])]) / np.maximum(np.arange(d.size), 1)
+        target = error * np.maximum(np.abs(prev), 1e-12)
+    else:
+        target = np.full(d.size, error)
+    if scale is not None:
+        target = target * scale
+    return target / var
+
+
+def _tolerance(error: float, relative: bool, estimate: float) -> float:
+    """How precisely interval edges are located: far below the error asked for."""
+    return 1e-4 * error * (max(abs(estimate), 1e-9) if relative else 1.0)
+
+
 def aggregate_error_bound(n: int, true_values: Callable[[np.ndarray], np.ndarray], *,
                           proxy: np.ndarray | None = None, error: float, relative: bool = False,
                           confidence: float = 0.95, seed=0, batch: int = 1024,
                           value_range: tuple[float, float] | None = None,
-                          max_samples: int | None = None, beta: float = 1.5,
-                          p: float = 1.1) -> AggregateResult:
+                          max_samples: int | None = None, bound: str = "bernstein",
+                          beta: float = 1.5, p: float = 1.1) -> AggregateResult:
     """Estimate the mean of `true_values` over frames 0..n-1 within `error`.
 
     `error` is absolute on the mean, or with `relative=True` a fraction of the answer.
-    Frames are sampled without replacement; at sample sizes ceil(beta**k) an empirical
-    Bernstein-Serfling interval at level delta_j = delta (p-1)/(p j^p) is checked (the
-    shares sum to delta, so the interval holds wherever sampling stops). With a proxy
-    (float per frame), Z = Y + c (P - mean P) with c = -Cov(Y,P)/Var(P) re-estimated at
-    each check; the range used for Z is width(Y) + |c| width(P), valid for every frame.
-    `value_range` bounds Y; without it the range is read off the sample (a heuristic,
-    noted in details). Stops at `max_samples` with `details['met'] = False` if the bound
-    is not reached; labelling all n frames gives the exact answer.
+    Frames are sampled without replacement and the interval is checked at sample sizes
+    ceil(beta**k). With a proxy (float per frame), the control variate
+    Z = Y + c (P - mean P) uses c = -Cov(Y,P)/Var(P) re-estimated from the sample; the
+    range used for Z is width(Y) + |c| width(P), valid for every frame ('betting' uses
+    only earlier draws for c, so its interval stays exact). `value_range` bounds Y;
+    without it the range is read off the sample (a heuristic, noted in details).
+    Stops at `max_samples` with `details['met'] = False` if the bound is not reached;
+    labelling all n frames gives the exact answer.
     """
     n, error, confidence, batch, limit, rng, value_range = _check_common(
-        n, error, confidence, batch, max_samples, seed, value_range)
+        n, error, confidence, batch, max_samples, seed, value_range, bound)
     if proxy is not None:
         proxy = check_scores("proxy", proxy, n)
-        proxy_mean = float(proxy.mean())
-        proxy_width = float(proxy.max() - proxy.min())
+        proxy_stats = (float(proxy.mean()), float(proxy.min()), float(proxy.max()))
     delta = 1.0 - confidence
     sampler = _Sampler(n, true_values, rng, batch)
     moments = RunningMoments(1 if proxy is None else 2)
+    values: list[np.ndarray] = []
     seen_low, seen_high = math.inf, -math.inf
     method = "uniform" if proxy is None else "control_variate"
     error_kind = "relative" if relative else "absolute"
-    details: dict = {"range_source": "value_range" if value_range else "sample", "checks": 0}
+    details: dict = {"bound": bound, "range_source": "value_range" if value_range else "sample",
+                     "checks": 0, "met": False}
     for j, t in enumerate(epoch_checkpoints(limit, beta), start=1):
         for chunk, out in sampler.advance(t):
             y = as_values(out, chunk.size)
-            _outside(y, value_range)
+            _check_inside(y, value_range)
             seen_low, seen_high = min(seen_low, y.min()), max(seen_high, y.max())
             moments.update(y[:, None] if proxy is None else np.column_stack([y, proxy[chunk]]))
+            values.append(y)
         if t == n:
-            exact = float(moments.mean[0])
-            details.update(met=True)
+            exact = math.fsum(np.concatenate(values)) / n
+            details.update(met=True, checks=j)
             return AggregateResult(exact, exact, exact, confidence, sampler.oracle.calls,
                                    sampler.frames, True, method, error_kind, details)
         cov = moments.cov()
-        low_y, high_y = value_range if value_range else (seen_low, seen_high)
-        width = high_y - low_y
-        if proxy is None:
-            estimate, variance, c = moments.mean[0], cov[0, 0], 0.0
+        y_range = value_range if value_range else (seen_low, seen_high)
+        c = 0.0
+        if proxy is not None and cov[1, 1] > 0:
+            c = -cov[0, 1] / cov[1, 1]
+        estimate = moments.mean[0] + (c * (moments.mean[1] - proxy_stats[0]) if proxy is not None else 0.0)
+        if bound == "bernstein":
+            width = y_range[1] - y_range[0] + (abs(c) * (proxy_stats[2] - proxy_stats[1])
+                                               if proxy is not None else 0.0)
+            variance = cov[0, 0] if proxy is None else cov[0, 0] + 2 * c * cov[0, 1] + c * c * cov[1, 1]
+            half = eb_serfling_halfwidth(math.sqrt(max(variance, 0.0)), t, n, width,
+                                         epoch_delta(j, delta, p))
+            low, high = estimate - half, estimate + half
+            low, high = max(low, y_range[0]), min(high, y_range[1])
+            details["range_width"] = float(width)
         else:
-            c = -cov[0, 1] / cov[1, 1] if cov[1, 1] > 0 else 0.0
-            estimate = moments.mean[0] + c * (moments.mean[1] - proxy_mean)
-            variance = cov[0, 0] + 2 * c * cov[0, 1] + c * c * cov[1, 1]
-            width += abs(c) * proxy_width
-        half = eb_serfling_halfwidth(math.sqrt(max(variance, 0.0)), t, n, width,
-                                     epoch_delta(j, delta, p))
-        low, high = estimate - half, estimate + half
-        if value_range:
-            low, high = max(low, value_range[0]), min(high, value_range[1])
+            y_all = np.concatenate(values)
+            increments, d, feasible = mean_increments(
+                y_all, n, y_range, None if proxy is None else proxy[sampler.order[:t]],
+                proxy_stats if proxy is not None else None)
+            bets = _bets(d, y_range[1] - y_range[0], error, relative)
+            low, high = betting_interval(increments, bets, max(y_range[0], feasible[0]),
+                                         min(y_range[1], feasible[1]), delta,
+                                         _tolerance(error, relative, estimate))
         estimate = float(min(max(estimate, low), high))
-        details.update(checks=j, c=float(c), range_width=float(width), met=False)
+        details.update(checks=j, c=float(c))
         if _stop(estimate, low, high, error, relative) and (
                 value_range or t >= MIN_SAMPLES_WITHOUT_RANGE):
             details["met"] = True
@@ -141,7 +180,7 @@ def aggregate_error_bound(n: int, true_values: Callable[[np.ndarray], np.ndarray
                            sampler.frames, False, method, error_kind, details)
 
 
-def _ratio_interval(mean_a, mean_b, cov, t, n, low_x, high_x, delta):
+def _ratio_bernstein(mean_a, mean_b, cov, t, n, low_x, high_x, delta):
     """Hull of {m in [low_x, high_x] : |mean(a - m b)| <= EB-Serfling half-width of a - m b}.
 
     a = stat * pred, b = pred; at the true ratio the population mean of a - m b is 0, so
@@ -170,53 +209,74 @@ def _ratio_interval(mean_a, mean_b, cov, t, n, low_x, high_x, delta):
                 outside = mid
         return outside
 
-    return centre, edge(low_x), edge(high_x)
+    return edge(low_x), edge(high_x)
 
 
 def aggregate_ratio_error_bound(n: int, true_values: Callable, *, error: float,
                                 relative: bool = False, confidence: float = 0.95, seed=0,
                                 batch: int = 1024,
                                 value_range: tuple[float, float] | None = None,
-                                max_samples: int | None = None, beta: float = 1.5,
-                                p: float = 1.1) -> AggregateResult:
+                                max_samples: int | None = None, bound: str = "bernstein",
+                                beta: float = 1.5, p: float = 1.1) -> AggregateResult:
     """AVG(stat) over the frames where pred holds, within `error` (absolute or relative).
 
     `true_values(frames) -> (stat float64, pred bool)`. The interval is the set of ratios m
-    for which 0 lies in the empirical Bernstein-Serfling interval of mean(pred*(stat-m)),
-    checked at geometric epochs as in `aggregate_error_bound`. `value_range` bounds stat
-    on predicate frames (else read off the sample, a heuristic). The estimate is NaN if no
+    for which the population mean of pred*(stat - m), which is 0 exactly at the true
+    ratio, is not rejected ('bernstein': empirical Bernstein-Serfling at geometric epochs;
+    'betting': the without-replacement betting sequence). `value_range` bounds stat on
+    predicate frames (else read off the sample, a heuristic). The estimate is NaN if no
     sampled frame satisfies the predicate.
     """
     n, error, confidence, batch, limit, rng, value_range = _check_common(
-        n, error, confidence, batch, max_samples, seed, value_range)
+        n, error, confidence, batch, max_samples, seed, value_range, bound)
     delta = 1.0 - confidence
     sampler = _Sampler(n, true_values, rng, batch)
     moments = RunningMoments(2)
+    columns: list[np.ndarray] = []
     seen_low, seen_high = math.inf, -math.inf
     error_kind = "relative" if relative else "absolute"
-    details: dict = {"range_source": "value_range" if value_range else "sample", "checks": 0,
-                     "met": False}
+    details: dict = {"bound": bound, "range_source": "value_range" if value_range else "sample",
+                     "checks": 0, "met": False}
     estimate, low, high = math.nan, math.nan, math.nan
     for j, t in enumerate(epoch_checkpoints(limit, beta), start=1):
         for chunk, out in sampler.advance(t):
             stat, pred = split_pair(out, chunk.size)
-            _outside(stat[pred], value_range)
+            _check_inside(stat[pred], value_range)
             if pred.any():
                 seen_low = min(seen_low, stat[pred].min())
                 seen_high = max(seen_high, stat[pred].max())
-            moments.update(np.column_stack([np.where(pred, stat, 0.0), pred]))
+            block = np.column_stack([np.where(pred, stat, 0.0), pred])
+            moments.update(block)
+            columns.append(block)
         mean_a, mean_b = moments.mean
+        details["checks"] = j
         if t == n:
             exact = float(mean_a / mean_b) if mean_b > 0 else math.nan
-            details.update(met=mean_b > 0, positives=int(round(mean_b * n)))
+            details.update(met=bool(mean_b > 0), positives=int(round(mean_b * n)))
             return AggregateResult(exact, exact, exact, confidence, sampler.oracle.calls,
                                    sampler.frames, True, "ratio", error_kind, details)
-        details["checks"] = j
         if mean_b <= 0:
             continue
-        low_x, high_x = value_range if value_range else (seen_low, seen_high)
-        estimate, low, high = _ratio_interval(mean_a, mean_b, moments.cov(), t, n, low_x,
-                                              high_x, epoch_delta(j, delta, p))
+        x_range = value_range if value_range else (seen_low, seen_high)
+        estimate = float(mean_a / mean_b)
+        if bound == "bernstein":
+            low, high = _ratio_bernstein(mean_a, mean_b, moments.cov(), t, n, *x_range,
+                                         epoch_delta(j, delta, p))
+        else:
+            data = np.concatenate(columns)
+            a, b = data[:, 0], data[:, 1]
+            prev_b = np.concatenate([[0.0], np.cumsum(b[:-1])])
+            prev_a = np.concatenate([[0.0], np.cumsum(a[:-1])])
+            ratio_prev = np.where(prev_b > 0, prev_a / np.maximum(prev_b, 1), 0.0)
+            rate_prev = (prev_b + 0.5) / (np.arange(b.size) + 1.0)
+            d = a - ratio_prev * b
+            width = x_range[1] - x_range[0]
+            # an error e on the ratio moves mean(pred*(stat - m)) by e * P(pred)
+            scale = rate_prev * (np.maximum(np.abs(ratio_prev), 1e-12) if relative else 1.0)
+            bets = _bets(d, width, error, False, scale)
+            low, high = betting_interval(ratio_increments(a, b, n, x_range), bets, *x_range,
+                                         delta, _tolerance(error, relative, estimate))
+        estimate = float(min(max(estimate, low), high))
         if _stop(estimate, low, high, error, relative) and (
                 value_range or t >= MIN_SAMPLES_WITHOUT_RANGE):
             details["met"] = True

@@ -1,9 +1,11 @@
 """The vidql dialect parser: sql.md's examples, clause values and ranges, the kind rule,
 error positions, scripts, and a seeded fuzz (every input parses or raises QueryError)."""
 import itertools
+import json
 import re
 from pathlib import Path
 
+import duckdb
 import numpy as np
 import pytest
 
@@ -39,7 +41,8 @@ CATALOG_EXAMPLES = [
 
 # (query, kind, expected attributes; 'clauses' compares the whole Clauses)
 QUERY_EXAMPLES = [
-    ("SELECT frame, objects('car') AS cars FROM night WHERE frame < 500 ORDER BY cars DESC LIMIT 5;",
+    ("SELECT frame, objects('car') AS cars FROM night WHERE frame < 500 "
+     "ORDER BY cars DESC LIMIT 5;",
      "exact", dict(tables=("night",), video="night", frame_range=(0, 499), limit=5,
                    restriction="frame < 500", clauses=Clauses())),
     ("SELECT label, count(*) FROM night.objects GROUP BY label;",
@@ -52,7 +55,8 @@ QUERY_EXAMPLES = [
     ("SELECT COUNT(*) FROM night WHERE objects('car') >= 5 ERROR WITHIN 2% CONFIDENCE 95%;",
      "aggregate", dict(predicate="objects('car') >= 5",
                        clauses=Clauses(error=0.02, error_relative=True, confidence=0.95))),
-    ("SELECT AVG(objects('car')) FROM night WHERE contains('bus') ORACLE BUDGET 2000 CONFIDENCE 95%;",
+    ("SELECT AVG(objects('car')) FROM night WHERE contains('bus') "
+     "ORACLE BUDGET 2000 CONFIDENCE 95%;",
      "aggregate_budget", dict(predicate="contains('bus')",
                               clauses=Clauses(budget=2000, confidence=0.95))),
     ("SELECT frame FROM night WHERE objects('car') >= 5 LIMIT 10 GAP 300;",
@@ -142,8 +146,10 @@ def test_where_split_keeps_or_groups_and_bounds():
 def test_group_by_for_budgeted_aggregates():
     for text in ("SELECT contains('bus') AS bus, AVG(objects('car')) FROM night GROUP BY bus "
                  "ORACLE BUDGET 500",
-                 "SELECT contains('bus'), AVG(objects('car')) FROM night GROUP BY 1 ORACLE BUDGET 500",
-                 "SELECT AVG(objects('car')) FROM night GROUP BY contains( 'bus' ) ORACLE BUDGET 500"):
+                 "SELECT contains('bus'), AVG(objects('car')) FROM night GROUP BY 1 "
+                 "ORACLE BUDGET 500",
+                 "SELECT AVG(objects('car')) FROM night GROUP BY contains( 'bus' ) "
+                 "ORACLE BUDGET 500"):
         q = parse(text)
         assert q.kind == "aggregate_budget"
         assert q.group_by.replace(" ", "") == "contains('bus')"
@@ -219,12 +225,14 @@ def test_script_splits_on_tokens_not_text():
 
 
 @pytest.mark.parametrize("text, at, words", [
-    ("SELECT AVG(objects('car')) FROM night ERROR WITHIN CONFIDENCE 95%", "CONFIDENCE", "needs a number"),
+    ("SELECT AVG(objects('car')) FROM night ERROR WITHIN CONFIDENCE 95%", "CONFIDENCE",
+     "needs a number"),
     ("SELECT AVG(objects('car')) FROM night ERROR WITHIN 0.1 CONFIDENCE 120%", "120", "(0%, 100%)"),
     ("SELECT AVG(objects('car')) FROM night ERROR WITHIN 0.1 CONFIDENCE 0", "0", "outside"),
     ("SELECT AVG(objects('car')) FROM night ERROR WITHIN 0.1 CONFIDENCE 95", "95", "95%"),
     ("SELECT AVG(objects('car')) FROM night ERROR WITHIN 0.1 CONFIDENCE 1", "1", "outside"),
-    ("SELECT frame FROM night WHERE contains('bus') RECALL TARGET 150% ORACLE BUDGET 9", "150", "(0%, 100%]"),
+    ("SELECT frame FROM night WHERE contains('bus') RECALL TARGET 150% ORACLE BUDGET 9", "150",
+     "(0%, 100%]"),
     ("SELECT AVG(objects('car')) FROM night ERROR WITHIN 100%", "100", "(0%, 100%)"),
     ("SELECT AVG(objects('car')) FROM night ERROR WITHIN -1", "-1", "positive"),
     ("SELECT AVG(objects('car')) FROM night ORACLE BUDGET 2.5", "2.5", "whole number"),
@@ -246,7 +254,8 @@ def test_script_splits_on_tokens_not_text():
     ("CREATE INDEX i ON night USING FAISS", "FAISS", "TASTI"),
     ("SET ORACLE night yolox", "yolox", "'='"),
     ("SELECT AVG(objects('car')) FROM night ERROR WITHIN 1 trailing", "trailing", "unexpected"),
-    ("SELECT AVG(objects('car')) FROM night ERROR WITHIN 1 ERROR WITHIN 2", "ERROR WITHIN 2", "twice"),
+    ("SELECT AVG(objects('car')) FROM night ERROR WITHIN 1 ERROR WITHIN 2", "ERROR WITHIN 2",
+     "twice"),
     ("SELECT AVG(objects('car')) FROM night ERROR WITHIN 1 ERROR 2", "2", "ERROR WITHIN"),
     ("SELECT AVG(objects('car')) FROM night WHERE ERROR WITHIN 1", "WHERE", "syntax"),
     ("SELECT AVG(objects('car')) FRM night", "night", "syntax"),
@@ -256,13 +265,15 @@ def test_script_splits_on_tokens_not_text():
     ("SELECT frame FROM night WHERE contains('bus') RECALL TARGET 0.9", "RECALL", "ORACLE BUDGET"),
     ("SELECT frame FROM night ERROR WITHIN 1", "ERROR", "aggregate"),
     ("SELECT AVG(objects('car')) FROM night CONFIDENCE 95%", "CONFIDENCE", "CONFIDENCE needs"),
-    ("SELECT frame FROM night WHERE contains('bus') LIMIT 3 CONFIDENCE 95%", "CONFIDENCE", "CONFIDENCE needs"),
+    ("SELECT frame FROM night WHERE contains('bus') LIMIT 3 CONFIDENCE 95%", "CONFIDENCE",
+     "CONFIDENCE needs"),
     ("SELECT frame FROM night WHERE frame < 3 SEED 4", "SEED", "approximate"),
     ("SELECT frame FROM night GAP 3", "GAP", "LIMIT"),
     ("SELECT frame FROM night LIMIT 3 GAP 3", "GAP", "WHERE"),
     ("SELECT frame FROM night ORACLE BUDGET 3", "ORACLE", "ORACLE BUDGET needs"),
     ("SELECT MEDIAN(objects('car')) FROM night ERROR WITHIN 1", "MEDIAN", "cannot be approximated"),
-    ("SELECT AVG(objects('car')), SUM(objects('car')) FROM night ERROR WITHIN 1", "SUM", "one aggregate"),
+    ("SELECT AVG(objects('car')), SUM(objects('car')) FROM night ERROR WITHIN 1", "SUM",
+     "one aggregate"),
     ("SELECT AVG(objects('car')) * 2 FROM night ERROR WITHIN 1", "AVG", "by itself"),
     ("SELECT AVG(DISTINCT objects('car')) FROM night ERROR WITHIN 1", "AVG", "DISTINCT"),
     ("SELECT AVG(objects('car')) FROM night, t ERROR WITHIN 1", "FROM", "one video"),
@@ -270,7 +281,8 @@ def test_script_splits_on_tokens_not_text():
     ("SELECT AVG(objects('car')) FROM night ERROR WITHIN 1 LIMIT 3", "LIMIT", "LIMIT"),
     ("SELECT AVG(objects('car')) FROM night ORDER BY 1 ERROR WITHIN 1", "1 ERROR", "ORDER BY"),
     ("SELECT 1 UNION SELECT AVG(objects('car')) FROM night ERROR WITHIN 1", "SELECT 1", "UNION"),
-    ("SELECT frame FROM night WHERE contains('bus') ORDER BY frame LIMIT 3 GAP 2", "frame LIMIT", "ORDER BY"),
+    ("SELECT frame FROM night WHERE contains('bus') ORDER BY frame LIMIT 3 GAP 2", "frame LIMIT",
+     "ORDER BY"),
     ("SELECT frame FROM night WHERE contains(bus) FIND RARE ORACLE BUDGET 5", "bus", "quoted"),
     ("SELECT (SELECT 1 ORACLE BUDGET 3)", "ORACLE", "parentheses"),
     ("SELECT AVG(objects('car') FROM night ERROR WITHIN 1", "(objects", "not closed"),
@@ -288,6 +300,14 @@ def test_errors_say_what_and_where(text, at, words):
         assert err.position == len(text) or err.position == 0 or text.strip() == "EXPLAIN"
     else:
         assert err.position == text.rindex(at), (err.position, str(err))
+
+
+def test_errors_on_later_lines_point_into_the_whole_text():
+    text = "SELECT AVG(objects('car'))\nFROM night\nERROR WITHIN 0.1\nCONFIDENCE 120%"
+    err = _error(text)
+    assert err.position == text.index("120") and "\n  CONFIDENCE 120%\n" in str(err)
+    with pytest.raises(QueryError):
+        parse(None)
 
 
 def test_error_positions_count_characters_not_bytes():
@@ -318,7 +338,13 @@ def _fuzz_bases() -> list[str]:
                                                                QUERY_EXAMPLES]
     bases += ["SELECT AVG(objects('car')) FROM night n WHERE contains('bus') AND frame < 9 "
               "GROUP BY contains('truck') ORACLE BUDGET 9 SEED 2 USING INDEX i",
-              "EXPLAIN SELECT frame FROM night WHERE contains('bus') LIMIT 3 GAP 2 USING ORACLE o"]
+              "EXPLAIN SELECT frame FROM night WHERE contains('bus') LIMIT 3 GAP 2 USING ORACLE o",
+              "SELECT frame, ts, CAST(objects('car') AS INT) AS c FROM night AS n WHERE "
+              "(objects('car') + objects('truck') >= 5 OR NOT contains('bus')) AND n.frame "
+              "BETWEEN 10 AND 900 AND ts IN (1, 2) AND frame % 2 = 0 AND CASE WHEN ts > 3 THEN "
+              "true ELSE false END RECALL TARGET 0.9 ORACLE BUDGET 10",
+              "SELECT SUM(objects('car', 0.5) * 2) FROM night WHERE frame::INT > 4 AND "
+              "(contains('bus')) AND ts < (SELECT max(ts) FROM night) ERROR WITHIN 3 SEED 1"]
     return bases
 
 
@@ -352,6 +378,12 @@ def _variants(rng: np.random.Generator, bases: list[str]):
         yield " ".join(toks)
 
 
+def _assert_valid_sql(sql: str) -> None:
+    """The extracted SQL text must be something DuckDB parses."""
+    result = json.loads(duckdb.execute("SELECT json_serialize_sql(?)", [sql]).fetchone()[0])
+    assert not result["error"] or "Only SELECT" in result["error_message"], (sql, result)
+
+
 def test_fuzz_parse_succeeds_or_raises_query_error_with_a_position():
     rng = np.random.default_rng(20240521)
     counts = {"ok": 0, "error": 0}
@@ -370,6 +402,11 @@ def test_fuzz_parse_succeeds_or_raises_query_error_with_a_position():
         if isinstance(stmt, Query):
             assert stmt.kind in ("exact", "aggregate", "aggregate_budget", "limit",
                                  "select_recall", "select_precision", "rare")
+            _assert_valid_sql(stmt.sql)
+            pieces = [stmt.predicate, stmt.restriction, stmt.group_by,
+                      stmt.aggregate and stmt.aggregate.argument]
+            for piece in [p for p in pieces if p] + [c.text for c in stmt.columns]:
+                _assert_valid_sql("SELECT " + piece)
     # the fuzz must exercise both outcomes
     assert counts["ok"] > 100 and counts["error"] > 500, counts
 

@@ -88,7 +88,15 @@ def test_truth_columns_and_boxes_inside_image(size):
 
 
 def test_occluded_objects_kept_unless_mostly_hidden():
-    pl = TrafficScene(4096, seed=0).placements(0, 4096)
+    scene = TrafficScene(4096, seed=0)
+    pl = scene.placements(0, 4096)
+    row = scene.objects.row[pl.obj]
+    same_lane = ((pl.frame[1:] == pl.frame[:-1]) & (row[1:] == row[:-1])
+                 & (scene.objects.kind[pl.obj[1:]] != PERSON))
+    ahead, behind = np.flatnonzero(same_lane), np.flatnonzero(same_lane) + 1
+    right = scene.objects.direction[pl.obj[ahead]] > 0
+    apart = np.where(right, pl.x1[ahead] >= pl.x2[behind], pl.x2[ahead] <= pl.x1[behind])
+    assert len(ahead) > 1000 and apart.all()  # vehicles queue in their lane, never overlap
     assert not pl.in_truth[pl.visible < MIN_VISIBLE_FRACTION].any()
     partly = pl.in_truth & (pl.visible < 0.9)
     assert partly.sum() > 0.02 * pl.in_truth.sum()

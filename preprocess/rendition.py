@@ -1,0 +1,194 @@
+"""Low-resolution renditions: a video transcoded once to a small size, read by original frame number.
+
+Proxies and embedders look at frames 64-160 px high; decoding a small H.264 file is many
+times cheaper than decoding the original and shrinking every frame. A rendition folder
+holds `rendition.mp4` (H.264, no B-frames, short GOP for cheap random access),
+`frames.npy` (the original frame number of each rendition frame) and `rendition.json`.
+Paths inside are relative, so the folder can be moved or renamed as a whole.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import av
+import numpy as np
+
+from vidql.engine.errors import ParameterError, VidqlError, VideoError
+from vidql.preprocess.frames import FrameReader, Size
+from vidql.preprocess.probe import VideoInfo, _reason, probe_video
+
+VIDEO_FILE = "rendition.mp4"
+FRAMES_FILE = "frames.npy"
+MANIFEST_FILE = "rendition.json"
+
+
+def rendition_size(width: int, height: int, short_side: int) -> tuple[int, int]:
+    """(width, height) with the given short side, aspect kept, both even (H.264 4:2:0 needs it)."""
+    scale = short_side / min(width, height)
+    return max(2, round(width * scale / 2) * 2), max(2, round(height * scale / 2) * 2)
+
+
+@dataclass(frozen=True)
+class Rendition:
+    """A low-res copy of `source` in `folder`; `frames[i]` is the original number of its frame i."""
+
+    folder: Path
+    source: str
+    short_side: int
+    width: int
+    height: int
+    source_frame_count: int
+    frames: np.ndarray
+
+    @property
+    def path(self) -> Path:
+        return self.folder / VIDEO_FILE
+
+    def open(self, **reader_options) -> "RenditionReader":
+        """A reader whose frame numbers are the original video's."""
+        return RenditionReader(self, **reader_options)
+
+    @classmethod
+    def load(cls, folder: str | os.PathLike) -> "Rendition":
+        """Open a rendition folder written by `make_rendition`."""
+        folder = Path(folder)
+        try:
+            manifest = json.loads((folder / MANIFEST_FILE).read_text())
+            frames = np.load(folder / FRAMES_FILE)
+        except (OSError, ValueError) as exc:
+            raise VideoError(folder, f"not a complete rendition folder ({exc}); make it again") from exc
+        return cls(folder=folder, source=manifest["source"], short_side=manifest["short_side"],
+                   width=manifest["width"], height=manifest["height"],
+                   source_frame_count=manifest["source_frame_count"], frames=frames)
+
+
+def make_rendition(src: str | os.PathLike, dst_dir: str | os.PathLike, short_side: int, *,
+                   every: int = 1, progress: bool = False, crf: int = 20, gop: int = 30,
+                   info: VideoInfo | None = None) -> Rendition:
+    """Transcode `src` once to H.264 with short side `short_side` px, keeping every `every`-th frame.
+
+    Writes into `dst_dir` (created; an existing rendition there is replaced only when the new
+    one is complete). The rendition is checked to hold exactly the frames it claims.
+    """
+    if not 16 <= int(short_side) <= 2160:
+        raise ParameterError(f"rendition short side must be between 16 and 2160 px, got {short_side}")
+    if int(every) < 1:
+        raise ParameterError(f"every must be at least 1, got {every}")
+    info = info if info is not None else probe_video(src)
+    width, height = rendition_size(info.width, info.height, int(short_side))
+    frames = np.arange(0, info.frame_count, int(every), dtype=np.int64)
+    dst_dir = Path(dst_dir)
+    staging = dst_dir.with_name(dst_dir.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    try:
+        _transcode(info, staging / VIDEO_FILE, frames, width, height, crf, gop, progress)
+        written = probe_video(staging / VIDEO_FILE)
+        if written.frame_count != len(frames):
+            raise VideoError(src, f"the rendition holds {written.frame_count} frames, expected "
+                                  f"{len(frames)}; the source may be damaged")
+        np.save(staging / FRAMES_FILE, frames)
+        manifest = {"source": str(Path(src).resolve()), "short_side": int(short_side),
+                    "width": width, "height": height, "source_frame_count": info.frame_count,
+                    "every": int(every), "codec": "h264", "crf": crf, "gop": gop}
+        (staging / MANIFEST_FILE).write_text(json.dumps(manifest, indent=1))
+        shutil.rmtree(dst_dir, ignore_errors=True)
+        staging.rename(dst_dir)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return Rendition.load(dst_dir)
+
+
+def open_rendition(folder: str | os.PathLike, **reader_options) -> "RenditionReader":
+    """Open a rendition folder as a frame reader numbered like the original video."""
+    return Rendition.load(folder).open(**reader_options)
+
+
+def _transcode(info: VideoInfo, out: Path, frames: np.ndarray, width: int, height: int,
+               crf: int, gop: int, progress: bool) -> None:
+    rate = Fraction(info.fps).limit_denominator(1001) if info.fps > 0 else Fraction(30)
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(frames), desc=f"rendition {Path(info.path).name}", unit="frame")
+    try:
+        with av.open(str(out), mode="w") as container, FrameReader(info.path, info) as reader:
+            stream = container.add_stream("libx264", rate=rate)
+            stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
+            stream.options = {"preset": "veryfast", "crf": str(crf),
+                              "x264-params": f"keyint={gop}:min-keyint={gop}:scenecut=0:bframes=0"}
+            for position, (_, frame) in enumerate(reader.iter_frames(frames.tolist())):
+                small = frame.reformat(width=width, height=height, format="yuv420p", interpolation="AREA")
+                small.pts = position
+                small.time_base = Fraction(1) / rate
+                container.mux(stream.encode(small))
+                if bar is not None:
+                    bar.update(1)
+            container.mux(stream.encode(None))
+    except av.error.FFmpegError as exc:
+        raise VideoError(out, f"writing the rendition failed ({_reason(exc)})") from exc
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+class RenditionReader:
+    """FrameReader over a rendition, with frame numbers of the original video."""
+
+    def __init__(self, rendition: Rendition, **reader_options):
+        self.rendition = rendition
+        self.reader = FrameReader(rendition.path, **reader_options)
+        self.info = self.reader.info
+        self.frames = rendition.frames
+        self.path = str(rendition.path)
+
+    def __enter__(self) -> "RenditionReader":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.reader.close()
+
+    def __len__(self) -> int:
+        return len(self.frames)
+
+    def positions(self, frames: Sequence[int] | np.ndarray) -> np.ndarray:
+        """Rendition positions of original frame numbers; each must be in the rendition."""
+        wanted = np.asarray(frames, dtype=np.int64).reshape(-1)
+        at = np.searchsorted(self.frames, wanted)
+        inside = at < len(self.frames)
+        ok = inside.copy()
+        ok[inside] = self.frames[at[inside]] == wanted[inside]
+        if not ok.all():
+            bad = int(wanted[~ok][0])
+            every = int(self.frames[1] - self.frames[0]) if len(self.frames) > 1 else 1
+            raise VidqlError(f"frame {bad} is not in the rendition of '{self.rendition.source}' "
+                             f"(it holds frames 0..{self.rendition.source_frame_count - 1} "
+                             f"in steps of {every})")
+        return at
+
+    def read(self, frames: Sequence[int] | np.ndarray, size: Size | None = None) -> np.ndarray:
+        """Frames by original number, in the order asked, as N×H×W×3 uint8 RGB."""
+        return self.reader.read(self.positions(frames), size=size)
+
+    def iter_batches(self, batch_size: int, start: int = 0, stop: int | None = None,
+                     size: Size | None = None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """Yield (original frame numbers, frames) for the rendition's frames in start..stop-1."""
+        stop = self.rendition.source_frame_count if stop is None else stop
+        if start < 0 or stop > self.rendition.source_frame_count or start > stop:
+            raise VidqlError(f"frames {start}..{stop - 1} are out of range for "
+                             f"'{self.rendition.source}', which has frames "
+                             f"0..{self.rendition.source_frame_count - 1}")
+        first, last = np.searchsorted(self.frames, [start, stop])
+        for positions, batch in self.reader.iter_batches(batch_size, int(first), int(last), size):
+            yield self.frames[positions], batch

@@ -1,0 +1,28 @@
+"""The ONNX oracle (YOLOX-Nano) on a real clip agrees with the reference labels."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import vidql
+from conftest import shared_path
+
+pytestmark = pytest.mark.shared
+
+
+def test_yolox_matches_reference_labels_on_ua_detrac():
+    video = shared_path("data", "ua_detrac.mp4")
+    model = shared_path("models", "yolox_nano.onnx")
+    reference = pd.read_csv(shared_path("data", "ua_detrac.labels.csv"))
+    with vidql.connect(progress=False) as db:
+        db.sql(f"LOAD VIDEO '{video}' AS detrac; "
+               f"CREATE ORACLE yolox FROM ONNX '{model}' WITH (score = 0.3); "
+               f"SET ORACLE detrac = yolox")
+        mine = db.sql("SELECT frame, objects('car') AS cars FROM detrac ORDER BY frame").df()
+        assert db.last_report.oracle_calls == len(mine) == 252
+    cars = mine["cars"].to_numpy()
+    ref = reference[reference.label == "car"].groupby("frame").size().reindex(
+        np.arange(252), fill_value=0).to_numpy()
+    assert (cars >= 1).mean() > 0.9, "most frames of a busy intersection show a car"
+    assert (np.abs(cars - ref) <= 1).mean() >= 0.95
