@@ -81,7 +81,7 @@ VARIANT_WEIGHTS = {CAR: (0.45, 0.2, 0.25, 0.1), TRUCK: (0.6, 0.4), BUS: (0.7, 0.
 
 CAR_RATE = 0.009  # arrivals per frame per lane at density 1
 TRUCK_RATE = 0.00005  # truck arrivals per frame per lane at full daytime activity
-BUS_EPISODE_GAP = 30000  # mean frames between bus episodes
+BUS_EPISODE_GAP = 35000  # mean frames between bus episodes
 FIRST_BUS_EPISODE = (1500, 7000)  # frame range of the first episode, so short videos have one
 PERSON_RATE = 0.00045  # pedestrians per frame per sidewalk and direction at activity 1
 HEADWAY_GAP = 0.025  # smallest bumper gap, fraction of width at scale 1
@@ -240,7 +240,7 @@ def _bus_arrivals(seed: int, end: float) -> list[tuple[float, int, float, float,
     k = 0
     while t < end:
         rng = _rng(seed, 7, k)
-        for _ in range(2 + rng.binomial(2, 0.5)):
+        for _ in range(1 + rng.binomial(2, 0.5)):
             buses.append((t + rng.uniform(0, 120), int(rng.choice((-1, 1))), *rng.uniform(size=3)))
         t += BUS_EPISODE_GAP * rng.uniform(0.6, 1.4)
         k += 1

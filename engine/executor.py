@@ -8,6 +8,7 @@ from .dialect import (CreateIndex, CreateOracle, DropIndex, DropVideo, LoadVideo
                       Query, SetOracle, ShowIndexes, ShowOracles, ShowVideos, parse_script)
 from .errors import ParameterError, QueryError
 from .exact import run_exact
+from .framestat import parse_frame_expr
 
 
 def execute_script(db, text: str):
@@ -96,11 +97,13 @@ def _exact(db, q: Query):
 
     videos = db.catalog.video_names()
     lower = {v.lower(): v for v in videos}
-    read = []
+    uses_functions = bool(parse_frame_expr(q.sql).functions)
+    read = []  # videos whose labels the query needs
     for table in q.tables:
-        name = table.split(".")[0].lower()
-        if name in lower and lower[name] not in read:
-            read.append(lower[name])
+        parts = table.lower().split(".")
+        reads_labels = len(parts) == 2 and parts[1] == "objects" or uses_functions
+        if parts[0] in lower and reads_labels and lower[parts[0]] not in read:
+            read.append(lower[parts[0]])
     ranges = {}
     if q.video is not None and q.frame_range is not None and q.video.lower() in lower:
         lo, hi = q.frame_range
