@@ -40,7 +40,7 @@ import pandas as pd
 
 from vidql.engine.errors import ParameterError
 
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2  # bump whenever the truth or the pixels change
 LABELS = ("car", "truck", "bus", "person")
 CAR, TRUCK, BUS, PERSON = range(4)
 DAY_PERIOD = 3600  # frames in one simulated day

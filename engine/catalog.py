@@ -277,7 +277,7 @@ class Catalog:
 class LowResSource:
     """A frame source (n_frames, read, iter_batches) over a video for low-res consumers."""
 
-    DEFAULT_SHORT_SIDE = 64
+    DEFAULT_SHORT_SIDE = 36
 
     def __init__(self, info):
         self.info = info

@@ -11,6 +11,7 @@ from typing import Iterator, Sequence
 
 import av
 import numpy as np
+from av.video.reformatter import VideoReformatter
 
 from vidql.engine.errors import VidqlError, VideoError
 from vidql.preprocess.probe import VideoInfo, _reason, probe_video
@@ -39,6 +40,9 @@ class FrameReader:
                               if self.info.pts_unique else None)
         self._container = None
         self._stream = None
+        # One swscale context for the reader's life: frame.to_ndarray(format=...) builds a new
+        # one per frame, which costs more than decoding a small frame.
+        self.reformatter = VideoReformatter()
         self.seeks = 0  # number of seeks done, for tests and benchmarks
         self.decoded = 0  # number of frames the decoder returned
 
@@ -85,18 +89,14 @@ class FrameReader:
             raise VidqlError(f"frames {start}..{stop - 1} are out of range for '{self.path}', "
                              f"which has frames 0..{self.info.frame_count - 1}")
         width, height = self._out_size(size)
-        indices = np.empty(batch_size, dtype=np.int64)
-        batch = np.empty((batch_size, height, width, 3), dtype=np.uint8)
-        filled = 0
-        for index, frame in self.iter_range(start, stop):
-            indices[filled] = index
-            batch[filled] = self._to_rgb(frame, width, height)
-            filled += 1
-            if filled == batch_size:
-                yield indices.copy(), batch.copy()
-                filled = 0
-        if filled:
-            yield indices[:filled].copy(), batch[:filled].copy()
+        frames = self.iter_range(start, stop)
+        for first in range(start, stop, batch_size):
+            count = min(batch_size, stop - first)
+            batch = np.empty((count, height, width, 3), dtype=np.uint8)
+            for row in range(count):
+                _, frame = next(frames)  # iter_frames yields each target once, in order, or raises
+                batch[row] = self._to_rgb(frame, width, height)
+            yield np.arange(first, first + count, dtype=np.int64), batch
 
     def iter_range(self, start: int, stop: int) -> Iterator[tuple[int, "av.VideoFrame"]]:
         """Yield (frame number, decoded av.VideoFrame) for every frame start..stop-1, in order."""
@@ -185,25 +185,30 @@ class FrameReader:
             container.seek(info.keyframe_seek_ts[gop], stream=self._stream, backward=True)
             first = None
         self.seeks += 1
-        return self._numbered_frames(container, first)
+        return self._numbered_frames(container, first, info.keyframes[gop])
 
-    def _numbered_frames(self, container, first: int | None) -> Iterator[tuple[int, "av.VideoFrame"]]:
-        """Decode forward, naming each frame by its timestamp (or by counting from a known start)."""
+    def _numbered_frames(self, container, first: int | None, keyframe: int
+                         ) -> Iterator[tuple[int, "av.VideoFrame"]]:
+        """Decode forward, naming each frame by its timestamp (or by counting from a known start).
+
+        Frames before `keyframe` (the seek point) may come out damaged after a seek (open GOPs
+        refer to the GOP before); they are never wanted from this position, so only damage at
+        or after the keyframe is an error.
+        """
         by_pts = self._index_of_pts
         last = -1 if first == 0 else None
         try:
             for packet in container.demux(self._stream):
                 for frame in packet.decode():
                     self.decoded += 1
-                    if frame.is_corrupt:
-                        where = "a frame before the first recognised one" if last is None else \
-                            f"frame {last + 1}"
-                        raise VideoError(self.path, f"{where} is corrupt (damaged data in the file)")
                     if by_pts is not None and frame.pts in by_pts:
                         last = by_pts[frame.pts]
                     elif last is not None:
                         last += 1
-                    else:
+                    if frame.is_corrupt and (last is None or last >= keyframe):
+                        where = "a frame after a seek" if last is None else f"frame {last}"
+                        raise VideoError(self.path, f"{where} is corrupt (damaged data in the file)")
+                    if last is None:
                         continue  # unknown frame before any recognised one: cannot name it
                     yield last, frame
         except av.error.FFmpegError as exc:
@@ -245,7 +250,5 @@ class FrameReader:
         return width, height
 
     def _to_rgb(self, frame: "av.VideoFrame", width: int, height: int) -> np.ndarray:
-        if frame.width == width and frame.height == height:
-            return frame.to_ndarray(format="rgb24")
-        return frame.to_ndarray(format="rgb24", width=width, height=height,
-                                interpolation=self.interpolation)
+        return self.reformatter.reformat(frame, width=width, height=height, format="rgb24",
+                                         interpolation=self.interpolation).to_ndarray()

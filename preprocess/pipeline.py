@@ -71,8 +71,8 @@ class Source:
     def frame_count(self) -> int:
         return self.info.frame_count
 
-    def reader(self, threads: int, interpolation: str = "AREA") -> FrameReader:
-        return FrameReader(self.path, self.info, threads=threads, interpolation=interpolation)
+    def reader(self, threads: int, interpolation: str = "AREA", options: dict | None = None) -> FrameReader:
+        return FrameReader(self.path, self.info, threads=threads, interpolation=interpolation, options=options)
 
     def to_original(self, positions: np.ndarray) -> np.ndarray:
         return positions if self.original is None else self.original[positions]
@@ -164,17 +164,21 @@ class Pipeline:
     array of (original) frame numbers, delivered ascending and without duplicates;
     spec: per-frame crop/resize/format (or `size` for just a resize); transform: a callable
     on each uint8 batch (e.g. `Normalize()`, or a GPU transform); workers: decoder threads;
-    max_batches: how many batches may wait between stages.
+    max_batches: how many batches may wait between stages; decoder_options: FFmpeg decoder
+    options such as {"skip_loop_filter": "all"} (faster, no longer frame-exact).
     """
 
     def __init__(self, sources, *, size: tuple[int, int] | None = None, spec: FrameSpec | None = None,
                  batch_size: int = 64, frames=None, transform: Callable | None = None,
                  workers: int | None = None, transform_workers: int = 1, max_batches: int = 4,
-                 chunk_frames: int | None = None, memory_budget: int = 512 << 20):
+                 chunk_frames: int | None = None, memory_budget: int = 512 << 20,
+                 decoder_options: dict[str, str] | None = None):
         if batch_size < 1:
             raise ParameterError(f"batch_size must be at least 1, got {batch_size}")
         single = not isinstance(sources, (list, tuple))
         self.sources = [as_source(s) for s in ([sources] if single else sources)]
+        if not self.sources:
+            raise ParameterError("the pipeline needs at least one video")
         if frames is None:
             wanted = [None] * len(self.sources)
         elif single:
@@ -195,6 +199,7 @@ class Pipeline:
         self.spec = spec
         self.batch_size = int(batch_size)
         self.transform = transform
+        self.decoder_options = dict(decoder_options or {})
         self.workers = max(1, int(workers or _cpu_count()))
         self.transform_workers = max(1, int(transform_workers))
         self.max_batches = max(1, int(max_batches))
@@ -213,7 +218,6 @@ class Pipeline:
         self._threads: list[threading.Thread] = []
         self._stop = threading.Event()
         self._started = False
-        self._closed = False
         self._error: BaseException | None = None
         self._error_lock = threading.Lock()
 
@@ -243,7 +247,6 @@ class Pipeline:
         for thread in self._threads:
             thread.join()
         self._threads.clear()
-        self._closed = True
 
     @property
     def decoded_frames(self) -> int:
@@ -328,7 +331,8 @@ class Pipeline:
                 out = self._chunk_queues[chunk.seq]
                 source = self.sources[chunk.source]
                 if chunk.source not in readers:
-                    readers[chunk.source] = source.reader(self.decoder_threads, self.spec.interpolation)
+                    readers[chunk.source] = source.reader(self.decoder_threads, self.spec.interpolation,
+                                                          self.decoder_options)
                 try:
                     self._decode_chunk(readers[chunk.source], source, chunk, out, worker)
                 except Exception as exc:
@@ -345,22 +349,21 @@ class Pipeline:
     def _decode_chunk(self, reader: FrameReader, source: Source, chunk: _Chunk, out: queue.Queue,
                       worker: int) -> None:
         width, height = self.spec.output_size(source.info.width, source.info.height)
-        names = np.empty(self._piece, dtype=np.int64)
-        piece = np.empty((self._piece, height, width, self.spec.channels), dtype=np.uint8)
-        filled = 0
+        shape = (self._piece, height, width, self.spec.channels)
+        names, piece, filled = np.empty(self._piece, dtype=np.int64), np.empty(shape, dtype=np.uint8), 0
         for index, frame in reader.iter_frames(chunk.targets):
             if self._stop.is_set():
                 return
             names[filled] = index
-            piece[filled] = self.spec.apply(frame)
+            piece[filled] = self.spec.apply(frame, reader.reformatter)
             self._decoded[worker] += 1
             filled += 1
             if filled == self._piece:
-                if not self._put(out, ("frames", names.copy(), piece.copy())):
+                if not self._put(out, ("frames", names, piece)):
                     return
-                filled = 0
+                names, piece, filled = np.empty(self._piece, dtype=np.int64), np.empty(shape, dtype=np.uint8), 0
         if filled:
-            self._put(out, ("frames", names[:filled].copy(), piece[:filled].copy()))
+            self._put(out, ("frames", names[:filled], piece[:filled]))
         self._put(out, ("end",))
 
     def _batcher(self) -> None:
@@ -460,29 +463,38 @@ def _located(stage: str, batch: Batch, exc: BaseException) -> BaseException:
 
 def frame_batches(source, *, size: tuple[int, int] | None = None, batch_size: int = 64,
                   frames=None, workers: int | None = None, spec: FrameSpec | None = None,
-                  transform: Callable | None = None) -> Iterator[tuple[np.ndarray, Any]]:
-    """Yield (original frame numbers, uint8 N×H×W×3 batch) for one video, in frame order.
+                  transform: Callable | None = None, normalize=None, placement=None
+                  ) -> Iterator[tuple[np.ndarray, Any]]:
+    """Yield (original frame numbers, batch) for one video, in frame order.
 
     `source` is a path, VideoInfo or Rendition (frame numbers are the original video's);
-    `frames` restricts to some frames (delivered ascending, once each).
+    `frames` restricts to some frames (delivered ascending, once each). Batches are uint8
+    N×H×W×3 unless `transform` or `normalize` (a `Normalize`) says otherwise.
+    `placement` ("auto", "cpu", "cuda", "dali" or a `Placement`) puts resize/normalise
+    (and decode) on the GPU; None keeps everything on the CPU without measuring.
     """
-    with Pipeline(source, size=size, spec=spec, batch_size=batch_size, frames=frames,
-                  workers=workers, transform=transform) as pipeline:
+    args = _placed(source, size, spec, transform, normalize, placement, workers, frames, batch_size)
+    if "dali" in args:
+        yield from args["dali"]
+        return
+    with Pipeline(source, batch_size=batch_size, frames=frames, workers=workers, **args) as pipeline:
         for batch in pipeline:
             yield batch.indices, batch.frames
 
 
 def run_pipeline(sources, consumer: Callable[[Batch], Any], *, size: tuple[int, int] | None = None,
                  batch_size: int = 64, frames=None, workers: int | None = None,
-                 spec: FrameSpec | None = None, transform: Callable | None = None,
-                 progress: bool = False) -> list:
+                 spec: FrameSpec | None = None, transform: Callable | None = None, normalize=None,
+                 placement=None, progress: bool = False) -> list:
     """Feed every batch, in frame order, to `consumer(batch)`; return its results in order.
 
     The consumer runs in the calling thread while decoders and transforms work ahead.
+    Arguments as for `frame_batches` (`placement` applies to the first source's measurements).
     """
+    first = sources[0] if isinstance(sources, (list, tuple)) else sources
+    args = _placed(first, size, spec, transform, normalize, placement, workers, frames, None)
     results = []
-    with Pipeline(sources, size=size, spec=spec, batch_size=batch_size, frames=frames,
-                  workers=workers, transform=transform) as pipeline:
+    with Pipeline(sources, batch_size=batch_size, frames=frames, workers=workers, **args) as pipeline:
         bar = None
         if progress:
             from tqdm import tqdm
@@ -500,6 +512,35 @@ def run_pipeline(sources, consumer: Callable[[Batch], Any], *, size: tuple[int, 
             if bar is not None:
                 bar.close()
     return results
+
+
+def _placed(source, size, spec, transform, normalize, placement, workers, frames,
+            dali_batch_size: int | None) -> dict:
+    """Pipeline arguments (spec, transform) for a placement; or a DALI batch iterator
+    (only when `dali_batch_size` is given, i.e. for `frame_batches`)."""
+    if placement is None:
+        if normalize is not None:
+            if transform is not None:
+                raise ParameterError("give either transform or normalize, not both")
+            transform = normalize
+        return {"size": size, "spec": spec, "transform": transform}
+    if spec is not None or transform is not None:
+        raise ParameterError("a placement builds spec and transform itself; give size and normalize")
+    from vidql.preprocess.placement import Placement, plan_placement
+
+    chosen = placement if isinstance(placement, Placement) else plan_placement(
+        source, size, normalize=normalize, override=None if placement == "auto" else placement,
+        workers=workers)
+    if chosen.decode == "dali":
+        if dali_batch_size is None or frames is not None or isinstance(source, (list, tuple)):
+            raise ParameterError("DALI decoding reads one whole video; use placement='cuda' here")
+        from vidql.preprocess.gpu import DeviceTransform, dali_frame_batches
+
+        src = as_source(source)
+        finish = DeviceTransform("cuda", None, normalize) if normalize is not None else None
+        batches = dali_frame_batches(src.path, size=size, batch_size=dali_batch_size, info=src.info)
+        return {"dali": ((src.to_original(i), finish(b) if finish else b) for i, b in batches)}
+    return chosen.pipeline_args(size, normalize)
 
 
 def thread_names() -> list[str]:

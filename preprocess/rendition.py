@@ -69,7 +69,7 @@ class Rendition:
 
 
 def make_rendition(src: str | os.PathLike, dst_dir: str | os.PathLike, short_side: int, *,
-                   every: int = 1, progress: bool = False, crf: int = 20, gop: int = 30,
+                   every: int = 1, progress: bool = False, crf: int = 18, gop: int = 30,
                    info: VideoInfo | None = None) -> Rendition:
     """Transcode `src` once to H.264 with short side `short_side` px, keeping every `every`-th frame.
 
@@ -126,7 +126,8 @@ def _transcode(info: VideoInfo, out: Path, frames: np.ndarray, width: int, heigh
             stream.options = {"preset": "veryfast", "crf": str(crf),
                               "x264-params": f"keyint={gop}:min-keyint={gop}:scenecut=0:bframes=0"}
             for position, (_, frame) in enumerate(reader.iter_frames(frames.tolist())):
-                small = frame.reformat(width=width, height=height, format="yuv420p", interpolation="AREA")
+                small = reader.reformatter.reformat(frame, width=width, height=height, format="yuv420p",
+                                                    interpolation="AREA")
                 small.pts = position
                 small.time_base = Fraction(1) / rate
                 container.mux(stream.encode(small))

@@ -28,8 +28,12 @@ def counter_frame(index: int, width: int, height: int) -> np.ndarray:
 
 def write_counter_video(path: str | os.PathLike, n_frames: int, width: int = 320, height: int = 240,
                         *, fps: int = 30, gop: int = 12, bframes: int = 2, codec: str = "libx264",
-                        crf: int = 23) -> str:
-    """Encode `n_frames` counter frames; H.264 with a fixed GOP and B-frames unless `codec` says otherwise."""
+                        crf: int = 23, open_gop: bool = False) -> str:
+    """Encode `n_frames` counter frames; H.264 with a fixed GOP and B-frames unless `codec` says otherwise.
+
+    `open_gop` lets B-frames before a keyframe refer to the previous GOP (x264 only), the
+    case where frames decoded right after a seek can be damaged.
+    """
     path = str(path)
     with av.open(path, mode="w") as container:
         stream = container.add_stream(codec, rate=Fraction(fps))
@@ -39,7 +43,8 @@ def write_counter_video(path: str | os.PathLike, n_frames: int, width: int = 320
         stream.codec_context.max_b_frames = bframes
         if codec == "libx264":
             stream.options = {"preset": "veryfast", "crf": str(crf),
-                              "x264-params": f"keyint={gop}:min-keyint={gop}:scenecut=0:bframes={bframes}"}
+                              "x264-params": f"keyint={gop}:min-keyint={gop}:scenecut=0:bframes={bframes}"
+                                             + (":open-gop=1" if open_gop else "")}
         for index in range(n_frames):
             frame = av.VideoFrame.from_ndarray(counter_frame(index, width, height), format="rgb24")
             container.mux(stream.encode(frame))

@@ -57,29 +57,31 @@ class FrameSpec:
                 raise ParameterError(f"crop {self.crop} reaches outside the {width}x{height} "
                                      f"frames of '{path}'")
 
-    def apply(self, frame) -> np.ndarray:
+    def apply(self, frame, reformatter) -> np.ndarray:
         """Convert one decoded av.VideoFrame to a uint8 H×W×C array, cropping and resizing in swscale.
+
+        `reformatter` is an av VideoReformatter owned by the calling thread (reusing one
+        swscale context is several times faster than a fresh one per frame).
 
         A crop is done by scaling the whole frame so that the crop box lands on the output
         size, then slicing; the box is rounded to whole output pixels.
         """
         out_w, out_h = self.output_size(frame.width, frame.height)
         if self.crop is None:
-            picture = self._convert(frame, out_w, out_h)
+            picture = self._convert(frame, out_w, out_h, reformatter)
         else:
             x, y, w, h = self.crop
             sx, sy = out_w / w, out_h / h
             full_w, full_h = max(round(frame.width * sx), out_w), max(round(frame.height * sy), out_h)
             left = min(round(x * sx), full_w - out_w)
             top = min(round(y * sy), full_h - out_h)
-            picture = self._convert(frame, full_w, full_h)[top:top + out_h, left:left + out_w]
+            picture = self._convert(frame, full_w, full_h, reformatter)[top:top + out_h, left:left + out_w]
         return picture.reshape(out_h, out_w, self.channels)
 
-    def _convert(self, frame, width: int, height: int) -> np.ndarray:
+    def _convert(self, frame, width: int, height: int, reformatter) -> np.ndarray:
         fmt = "gray8" if self.pixel_format == "gray" else self.pixel_format
-        if frame.width == width and frame.height == height:
-            return frame.to_ndarray(format=fmt)
-        return frame.to_ndarray(format=fmt, width=width, height=height, interpolation=self.interpolation)
+        return reformatter.reformat(frame, width=width, height=height, format=fmt,
+                                    interpolation=self.interpolation).to_ndarray()
 
 
 @dataclass(frozen=True)
@@ -101,14 +103,27 @@ class Normalize:
                                  f"got mean={self.mean}, std={self.std}")
 
     def __call__(self, batch: np.ndarray) -> np.ndarray:
-        scale = (1.0 / (255.0 * np.asarray(self.std, dtype=np.float32)))
-        shift = (np.asarray(self.mean, dtype=np.float32) / np.asarray(self.std, dtype=np.float32))
-        out = batch.astype(np.float32)
-        out *= scale
-        out -= shift
+        """Normalise with numpy: one table look-up per channel (256 values), no float arithmetic."""
+        table = self.table()
+        n, height, width, channels = batch.shape
+        if channels != len(self.mean):
+            raise ParameterError(f"Normalize has {len(self.mean)} channels, the batch has {channels}")
         if self.channels_first:
-            out = np.ascontiguousarray(out.transpose(0, 3, 1, 2))
-        return out.astype(self.dtype, copy=False)
+            out = np.empty((n, channels, height, width), dtype=self.dtype)
+            for c in range(channels):
+                np.take(table[c], batch[..., c], out=out[:, c])
+        else:
+            out = np.empty(batch.shape, dtype=self.dtype)
+            for c in range(channels):
+                np.take(table[c], batch[..., c], out=out[..., c])
+        return out
+
+    def table(self) -> np.ndarray:
+        """(channels, 256) values of (v/255 - mean)/std for every uint8 value v."""
+        values = np.arange(256, dtype=np.float64) / 255.0
+        mean = np.asarray(self.mean, dtype=np.float64)[:, None]
+        std = np.asarray(self.std, dtype=np.float64)[:, None]
+        return ((values[None, :] - mean) / std).astype(self.dtype)
 
     def to_torch(self, batch, device="cpu", size: tuple[int, int] | None = None):
         """Normalise with torch on `device`; optionally resize there (antialiased bilinear) first."""

@@ -88,7 +88,8 @@ def betting_upper_bounds(x: np.ndarray, upper: np.ndarray, delta: float,
     x is (draws, columns), each column i.i.d. in [0, upper[col]] (upper > 0 or the column
     is all zero, whose bound is 0). Betting with the predictable plug-in bets of
     Waudby-Smith & Ramdas on the hypothesis mean >= m; the bound is the smallest m whose
-    capital (maximised over time) stays below 1/delta.
+    capital (maximised over time) stays below 1/delta. Bets use only earlier draws and not
+    the number of draws, so the bound holds when that number is a stopping time.
     """
     x = np.asarray(x, dtype=np.float64)
     upper = np.asarray(upper, dtype=np.float64)
@@ -107,7 +108,7 @@ def betting_upper_bounds(x: np.ndarray, upper: np.ndarray, delta: float,
     running_var = (0.25 + np.cumsum((scaled - previous_mean) ** 2, axis=0)) / (steps + 1)
     previous_var = np.vstack([np.full((1, scaled.shape[1]), 0.25), running_var[:-1]])
     log_target = math.log(1.0 / delta)
-    bets = np.minimum(max_bet, np.sqrt(2.0 * log_target / (n * previous_var)))
+    bets = np.minimum(max_bet, np.sqrt(2.0 * log_target / (previous_var * steps * np.log1p(steps))))
     low = np.zeros(scaled.shape[1])
     high = np.ones(scaled.shape[1])
 

@@ -143,3 +143,26 @@ def test_highway_batches_cover_every_frame_once():
                for i, f in zip(idx.tolist(), batch)]
     assert [i for i, _ in got] == list(range(1699))
     assert [d for _, d in got] == expected
+
+
+def test_keyframes_only_decode(clip, clip_frames):
+    with FrameReader(clip) as reader:
+        batches = list(reader.iter_keyframes(4))
+    indices = np.concatenate([i for i, _ in batches])
+    np.testing.assert_array_equal(indices, np.arange(0, 150, 12))
+    np.testing.assert_array_equal(np.concatenate([b for _, b in batches]), clip_frames[indices])
+
+
+@pytest.mark.shared
+def test_keyframes_only_on_untrusted_layout():
+    with FrameReader(shared_clip("highway.avi")) as reader:
+        indices = np.concatenate([i for i, _ in reader.iter_keyframes(4, size=(64, 48))])
+    np.testing.assert_array_equal(indices, [0, 300, 600, 900, 1200, 1500])
+
+
+def test_open_gop_random_reads(tmp_path):
+    path = write_counter_video(tmp_path / "open.mp4", 72, 160, 96, gop=12, bframes=3, open_gop=True)
+    expected = sequential_digests(path)
+    wanted = [71, 11, 12, 13, 35, 24, 23, 60, 0, 47]
+    with FrameReader(path) as reader:
+        assert [digest(g) for g in reader.read(wanted)] == [expected[i] for i in wanted]

@@ -91,7 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
         return sp
 
     d = with_db(sub.add_parser("demo", help="generate a synthetic video and run example queries"))
-    d.add_argument("--frames", type=int, default=3000, help="length of the synthetic video")
+    d.add_argument("--frames", type=int, default=4000, help="length of the synthetic video")
     d.add_argument("--cache", default=str(DEFAULT_CACHE), help="where generated data is kept")
     d.set_defaults(fn=cmd_demo)
 

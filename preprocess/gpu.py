@@ -1,0 +1,113 @@
+"""GPU pieces of the runtime, each optional and imported only when asked for.
+
+`DeviceTransform` ships uint8 batches to a torch device (pinned memory, non-blocking copy)
+and resizes/normalises there. `dali_frame_batches` decodes on the GPU with NVIDIA DALI
+(NVDEC). Neither runs without CUDA; the CPU path in `pipeline` is always complete.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Iterator
+
+import numpy as np
+
+from vidql.engine.errors import ParameterError, VidqlError
+from vidql.preprocess.probe import VideoInfo, probe_video
+from vidql.preprocess.transforms import Normalize
+
+
+def cuda_available() -> bool:
+    """True when torch is installed and sees a CUDA device."""
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
+
+
+def dali_available() -> bool:
+    """True when NVIDIA DALI is importable and a CUDA device is present."""
+    if not cuda_available():
+        return False
+    try:
+        import nvidia.dali  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class DeviceTransform:
+    """Move a uint8 N×H×W×C batch to `device`, resize it there to `size` (w, h), normalise it.
+
+    With `normalize=None` the result stays uint8 (resized through float and rounded back).
+    """
+
+    device: str = "cuda"
+    size: tuple[int, int] | None = None
+    normalize: Normalize | None = None
+
+    def __call__(self, batch):
+        import torch
+
+        if self.normalize is not None:
+            return self.normalize.to_torch(batch, self.device, self.size)
+        tensor = torch.from_numpy(np.ascontiguousarray(batch)) if isinstance(batch, np.ndarray) else batch
+        if tensor.device.type == "cpu" and torch.device(self.device).type == "cuda":
+            tensor = tensor.pin_memory().to(self.device, non_blocking=True)
+        else:
+            tensor = tensor.to(self.device)
+        if self.size is None or (tensor.shape[2], tensor.shape[1]) == tuple(self.size):
+            return tensor
+        images = tensor.permute(0, 3, 1, 2).float()
+        images = torch.nn.functional.interpolate(images, size=(self.size[1], self.size[0]), mode="bilinear",
+                                                 antialias=True, align_corners=False)
+        return images.round_().clamp_(0, 255).to(torch.uint8).permute(0, 2, 3, 1).contiguous()
+
+
+def dali_frame_batches(path: str | os.PathLike, *, size: tuple[int, int] | None = None,
+                       batch_size: int = 64, info: VideoInfo | None = None, device_id: int = 0
+                       ) -> Iterator[tuple[np.ndarray, "object"]]:
+    """Yield (frame numbers, uint8 N×H×W×3 torch CUDA tensor) for every frame, decoded by NVDEC.
+
+    Only for videos whose frames are numbered reliably by timestamp (probe counted them from
+    packets): DALI names frames by timestamp, and vidql must agree with it frame for frame.
+    """
+    info = info if info is not None else probe_video(path)
+    if info.counted_by != "packets":
+        raise VidqlError(f"'{path}' has irregular timestamps; decode it on the CPU instead of DALI")
+    if batch_size < 1:
+        raise ParameterError(f"batch_size must be at least 1, got {batch_size}")
+    import torch
+    from nvidia.dali import fn, pipeline_def
+    from nvidia.dali.plugin.pytorch import feed_ndarray
+
+    @pipeline_def(batch_size=1, num_threads=2, device_id=device_id, prefetch_queue_depth=2)
+    def reader():
+        video, frame_num = fn.readers.video(
+            device="gpu", filenames=[str(path)], sequence_length=batch_size, step=batch_size,
+            stride=1, random_shuffle=False, enable_frame_num=True, pad_sequences=True,
+            skip_vfr_check=True, name="reader")
+        if size is not None:
+            video = fn.resize(video, resize_x=size[0], resize_y=size[1], antialias=True)
+        return video, frame_num
+
+    pipe = reader()
+    pipe.build()
+    try:
+        delivered = 0
+        while delivered < info.frame_count:
+            video, frame_num = pipe.run()
+            start = int(np.asarray(frame_num.as_cpu().as_tensor()).reshape(-1)[0])
+            sequence = video[0]
+            out = torch.empty(tuple(sequence.shape()), dtype=torch.uint8, device=f"cuda:{device_id}")
+            feed_ndarray(sequence, out, cuda_stream=torch.cuda.current_stream(device_id))
+            count = min(batch_size, info.frame_count - start)
+            if start != delivered or count <= 0:
+                raise VidqlError(f"DALI returned frames from {start} where {delivered} was expected "
+                                 f"in '{path}'; decode it on the CPU instead")
+            yield np.arange(start, start + count, dtype=np.int64), out[:count]
+            delivered += count
+    finally:
+        del pipe

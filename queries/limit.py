@@ -1,0 +1,72 @@
+"""LIMIT queries ranked by proxy (BlazeIt-style): call the oracle in proxy order, keep
+frames that satisfy the predicate, suppress frames within GAP of a hit, stop at k."""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from .oracle_calls import DistinctOracle, as_flags
+from .results import SelectionResult
+from .validation import check_int, check_scores, make_rng
+
+
+def proxy_order(proxy: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Frames by decreasing proxy score, ties in random order (a constant proxy gives a
+    random permutation, not a sequential scan)."""
+    return np.lexsort((rng.random(proxy.size), -proxy))
+
+
+def limit_query(proxy: np.ndarray, predicate: Callable[[np.ndarray], np.ndarray], *, k: int,
+                gap: int = 0, seed=0, max_calls: int | None = None,
+                batch: int = 1) -> SelectionResult:
+    """Find up to k frames where `predicate` holds, pairwise at least `gap` frames apart.
+
+    Frames are labelled in decreasing proxy order. After a hit at frame f, frames with
+    |frame - f| < gap are skipped (never labelled). Batches of up to `batch` frames are
+    labelled at once, never more than the hits still needed, and never two frames of one
+    batch closer than gap (a hit among them would have suppressed the other). Stops at k
+    hits, after `max_calls` oracle calls, or when no frame is left.
+    """
+    proxy = check_scores("proxy", proxy)
+    n = proxy.size
+    k = check_int("k", k, 1)
+    gap = check_int("gap", gap, 0)
+    batch = check_int("batch", batch, 1)
+    max_calls = n if max_calls is None else check_int("max_calls", max_calls, 1)
+    rng = make_rng(seed)
+    order = proxy_order(proxy, rng)
+    oracle = DistinctOracle(predicate, n)
+    blocked = np.zeros(n, dtype=bool)  # labelled or suppressed
+    hits: list[int] = []
+    position = 0
+    reach = max(gap - 1, 0)
+    while len(hits) < k and oracle.calls < max_calls:
+        size = min(batch, k - len(hits), max_calls - oracle.calls)
+        chosen: list[int] = []
+        first_deferred = None
+        scan = position
+        while scan < n and len(chosen) < size:
+            frame = int(order[scan])
+            if not blocked[frame]:
+                if any(abs(frame - c) < gap for c in chosen):
+                    first_deferred = scan if first_deferred is None else first_deferred
+                else:
+                    chosen.append(frame)
+            scan += 1
+        # resume at the first frame neither labelled nor suppressed
+        position = first_deferred if first_deferred is not None else scan
+        if not chosen:
+            break
+        frames = np.array(chosen, dtype=np.int64)
+        labels = as_flags(oracle(frames), frames.size, "predicate")
+        blocked[frames] = True
+        for frame, hit in zip(chosen, labels):
+            if hit:  # frames of one batch are >= gap apart, so hits never conflict
+                hits.append(frame)
+                blocked[max(frame - reach, 0):frame + reach + 1] = True
+    frames = np.array(sorted(hits), dtype=np.int64)
+    details = {"k": k, "gap": gap, "found": len(hits), "hits_in_call_order": hits,
+               "exhausted": len(hits) < k and oracle.calls < max_calls,
+               "budget_reached": len(hits) < k and oracle.calls >= max_calls}
+    return SelectionResult(frames, oracle.calls, np.ones(frames.size, dtype=bool), details)

@@ -1,0 +1,283 @@
+"""Aggregates under an oracle budget (ABae-style): proxy-stratified two-stage sampling with
+a bootstrap confidence interval that replays both stages.
+
+Frames are cut into K equal strata by proxy rank. Stage 1 spends half the budget evenly
+across strata; stage 2 gives each stratum a share proportional to the standard deviation
+of its contribution to the estimate (for AVG: of pred*(stat - avg), i.e. sqrt(p_k) sigma_k
+when stratum means agree), with a floor so that no stratum starves. Each stratum is drawn
+in one random order, so no frame is ever drawn twice and no stratum gives more than it has.
+"""
+from __future__ import annotations
+
+from typing import Callable, Hashable
+
+import numpy as np
+
+from vidql.engine.errors import OracleError, ParameterError
+
+from .oracle_calls import DistinctOracle, as_flags, as_values
+from .results import AggregateResult
+from .validation import check_confidence, check_fraction, check_int, check_scores, make_rng
+
+AGGREGATES = ("avg", "sum", "count")
+BOOTSTRAP_CELLS = 4_000_000  # resampled values held in memory at once
+
+
+def aggregate_budget(proxy: np.ndarray, true_values: Callable, *, budget: int,
+                     agg: str = "avg", confidence: float = 0.95, strata: int = 5, seed=0,
+                     n_bootstrap: int = 1000, pilot_fraction: float = 0.5,
+                     floor_fraction: float = 0.1) -> AggregateResult:
+    """AVG / SUM / COUNT over the frames where a predicate holds, spending at most `budget`
+    oracle calls.
+
+    `true_values(frames) -> (stat float64, pred bool)`. AVG is the mean of stat over
+    predicate frames, SUM their total, COUNT their number. The interval is the bootstrap
+    percentile interval (`n_bootstrap` resamples replaying both stages).
+    """
+    return _two_stage(proxy, true_values, budget, agg, confidence, strata, seed, n_bootstrap,
+                      pilot_fraction, floor_fraction, grouped=False)[None]
+
+
+def aggregate_budget_grouped(proxy: np.ndarray, true_values: Callable, *, budget: int,
+                             agg: str = "avg", confidence: float = 0.95, strata: int = 5,
+                             seed=0, n_bootstrap: int = 1000, pilot_fraction: float = 0.5,
+                             floor_fraction: float = 0.1) -> dict[Hashable, AggregateResult]:
+    """GROUP BY a small categorical per-frame column, under one shared budget.
+
+    `true_values(frames) -> (stat, pred, group)` where group holds one hashable value per
+    frame. One two-stage sample serves every group; stage 2 averages the groups'
+    normalised allocations so each group gets a fair share. Returns one result per group
+    seen in the sample (all with the shared oracle_calls and frames); groups never sampled
+    are absent.
+    """
+    return _two_stage(proxy, true_values, budget, agg, confidence, strata, seed, n_bootstrap,
+                      pilot_fraction, floor_fraction, grouped=True)
+
+
+def _allocate(total: np.ndarray, weights: np.ndarray, caps: np.ndarray,
+              floor_fraction: float) -> np.ndarray:
+    """Integer allocations (rows of `weights`, shape (R, K)) summing to min(total, sum caps),
+    proportional to weights with a `floor_fraction` share spread evenly, never above caps."""
+    rows, k = weights.shape
+    total = np.minimum(np.broadcast_to(np.asarray(total, dtype=np.float64), (rows,)), caps.sum())
+    wsum = weights.sum(axis=1, keepdims=True)
+    norm = np.where(wsum > 0, weights / np.where(wsum > 0, wsum, 1.0), 1.0 / k)
+    share = floor_fraction / k + (1.0 - floor_fraction) * norm
+    alloc = np.zeros((rows, k))
+    open_ = np.ones((rows, k), dtype=bool) & (caps > 0)
+    left = total.copy()
+    for _ in range(k):  # water-filling: each pass caps at least one stratum or finishes
+        s = np.where(open_, share, 0.0)
+        ssum = s.sum(axis=1, keepdims=True)
+        add = np.where(ssum > 0, left[:, None] * s / np.where(ssum > 0, ssum, 1.0), 0.0)
+        alloc = np.minimum(alloc + add, caps)
+        left = total - alloc.sum(axis=1)
+        open_ = alloc < caps
+        if np.all(left < 1e-9):
+            break
+    counts = np.floor(alloc + 1e-9)
+    remainder = np.rint(total - counts.sum(axis=1)).astype(int)
+    frac = np.where(counts < caps, alloc - counts, -1.0)
+    order = np.argsort(-frac, axis=1, kind="stable")
+    ranks = np.argsort(order, axis=1)
+    counts += (ranks < remainder[:, None]) & (counts < caps)
+    return counts.astype(np.int64)
+
+
+def _stratum_spread(sa, sb, saa, count, sizes, agg):
+    """Per-stratum standard deviation of each group's contribution, from sums over samples.
+
+    sa, sb, saa: (R, K, G) sums of a = stat*pred*in_group, b = pred*in_group and a^2;
+    count: (R, K) or (K,) sample counts. Returns (R, K, G).
+    """
+    n = np.maximum(np.broadcast_to(count, sa.shape[:2]), 1)[..., None]
+    ea, eb, eaa = sa / n, sb / n, saa / n
+    if agg == "count":
+        var = eb - eb * eb
+    elif agg == "sum":
+        var = eaa - ea * ea
+    else:
+        w = sizes[None, :, None]
+        num, den = (w * ea).sum(axis=1, keepdims=True), (w * eb).sum(axis=1, keepdims=True)
+        mu = np.where(den > 0, num / np.where(den > 0, den, 1.0), 0.0)
+        var = eaa - 2 * mu * ea + mu * mu * eb - (ea - mu * eb) ** 2
+    return np.sqrt(np.maximum(var, 0.0))
+
+
+def _stage2_weights(spread: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """Average over groups of each group's normalised Neyman weights N_k * sd_k -> (R, K)."""
+    w = sizes[None, :, None] * spread
+    wsum = w.sum(axis=1, keepdims=True)
+    has = wsum > 0
+    norm = np.where(has, w / np.where(has, wsum, 1.0), 0.0)
+    groups = has.sum(axis=2)  # (R, 1)
+    return np.where(groups > 0, norm.sum(axis=2) / np.maximum(groups, 1), 0.0)
+
+
+def _estimates(sa, sb, count, sizes, agg):
+    """Estimates per group from per-stratum sums; (R, K, G) -> (R, G)."""
+    n = np.maximum(np.broadcast_to(count, sa.shape[:2]), 1)[..., None]
+    w = sizes[None, :, None]
+    total_a = (w * sa / n).sum(axis=1)
+    total_b = (w * sb / n).sum(axis=1)
+    if agg == "sum":
+        return total_a
+    if agg == "count":
+        return total_b
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(total_b > 0, total_a / total_b, np.nan)
+
+
+class _Labels:
+    """Oracle answers as (stat, pred, group code) with group values mapped to codes."""
+
+    def __init__(self, fn: Callable, n: int, grouped: bool):
+        self.oracle = DistinctOracle(fn, n)
+        self.grouped = grouped
+        self.codes: dict = {}
+
+    def __call__(self, frames: np.ndarray):
+        out = self.oracle(frames)
+        m = frames.size
+        size = 3 if self.grouped else 2
+        if not isinstance(out, tuple) or len(out) != size:
+            raise OracleError("true_values must return "
+                              + ("(stat, pred, group)" if self.grouped else "(stat, pred)"))
+        stat = as_values(out[0], m, "true_values stat")
+        pred = as_flags(out[1], m, "true_values pred")
+        if not self.grouped:
+            return stat, pred, np.zeros(m, dtype=np.int64)
+        groups = list(np.asarray(out[2], dtype=object).reshape(-1))
+        if len(groups) != m:
+            raise OracleError(f"true_values returned {len(groups)} group values for {m} frames")
+        code = np.array([self.codes.setdefault(g, len(self.codes)) for g in groups],
+                        dtype=np.int64)
+        return stat, pred, code
+
+
+def _group_columns(stat, pred, code, groups: int):
+    """(m, G) arrays a = stat*pred*in_group and b = pred*in_group."""
+    member = (code[:, None] == np.arange(groups)[None, :]) & pred[:, None]
+    return np.where(member, stat[:, None], 0.0), member.astype(np.float64)
+
+
+def _two_stage(proxy, true_values, budget, agg, confidence, strata, seed, n_bootstrap,
+               pilot_fraction, floor_fraction, grouped):
+    proxy = check_scores("proxy", proxy)
+    n = proxy.size
+    if agg not in AGGREGATES:
+        raise ParameterError(f"agg must be one of {AGGREGATES}; got {agg!r}")
+    confidence = check_confidence(confidence)
+    strata = check_int("strata", strata, 1)
+    if strata > n:
+        raise ParameterError(f"strata ({strata}) cannot exceed the number of frames ({n})")
+    budget = check_int("budget", budget, 2 * strata)
+    n_bootstrap = check_int("n_bootstrap", n_bootstrap, 100)
+    pilot_fraction = check_fraction("pilot_fraction", pilot_fraction, inclusive_high=False)
+    floor_fraction = check_fraction("floor_fraction", floor_fraction)
+    rng = make_rng(seed)
+    labels = _Labels(true_values, n, grouped)
+    alpha = 1.0 - confidence
+
+    if budget >= n:
+        frames = np.arange(n, dtype=np.int64)
+        stat, pred, code = labels(frames)
+        groups = len(labels.codes) if grouped else 1
+        a, b = _group_columns(stat, pred, code, groups)
+        est = _estimates(a.sum(0)[None, None], b.sum(0)[None, None], np.array([[1]]),
+                         np.array([1.0]), agg)[0]
+        return _package(labels, grouped, est, est, est, frames, True, agg, confidence,
+                        {"strata": strata, "n_bootstrap": 0}, n)
+
+    order = np.lexsort((rng.random(n), proxy))
+    members = [rng.permutation(s) for s in np.array_split(order, strata)]
+    sizes = np.array([m.size for m in members], dtype=np.float64)
+    caps = sizes.astype(np.int64)
+    n1 = _allocate(int(budget * pilot_fraction), np.ones((1, strata)), caps, 1.0)[0]
+    pilot = [labels(m[:k]) for m, k in zip(members, n1)]
+    g1 = len(labels.codes) if grouped else 1
+    sums = [_sums(*_group_columns(*lab, g1)) for lab in pilot]
+    sa, sb, saa = (np.stack([s[i] for s in sums])[None] for i in range(3))
+    spread = _stratum_spread(sa, sb, saa, n1, sizes, agg)
+    n2 = _allocate(budget - n1.sum(), _stage2_weights(spread, sizes), caps - n1,
+                   floor_fraction)[0]
+    second = [labels(m[k1:k1 + k2]) for m, k1, k2 in zip(members, n1, n2)]
+    groups = len(labels.codes) if grouped else 1
+    pooled = []
+    for first, extra in zip(pilot, second):
+        stat, pred, code = (np.concatenate([x, y]) for x, y in zip(first, extra))
+        a, b = _group_columns(stat, pred, code, groups)
+        pooled.append((a, b))
+    count = n1 + n2
+    sa = np.stack([a.sum(0) for a, _ in pooled])[None]
+    sb = np.stack([b.sum(0) for _, b in pooled])[None]
+    estimate = _estimates(sa, sb, count, sizes, agg)[0]
+    boot = _bootstrap(pooled, n1, sizes, caps, budget, agg, floor_fraction, n_bootstrap, rng)
+    low, high = _percentiles(boot, alpha)
+    frames = np.sort(np.concatenate([m[:k1 + k2] for m, k1, k2 in zip(members, n1, n2)]))
+    details = {"strata": strata, "stratum_sizes": caps.tolist(), "pilot": n1.tolist(),
+               "stage2": n2.tolist(), "n_bootstrap": n_bootstrap,
+               "bootstrap_undefined": np.isnan(boot).mean(axis=0).tolist()}
+    return _package(labels, grouped, estimate, low, high, frames, False, agg, confidence,
+                    details, n)
+
+
+def _percentiles(boot: np.ndarray, alpha: float) -> tuple[np.ndarray, np.ndarray]:
+    """Percentile interval per group over the defined bootstrap estimates (NaN if none)."""
+    low = np.full(boot.shape[1], np.nan)
+    high = np.full(boot.shape[1], np.nan)
+    for j in range(boot.shape[1]):
+        column = boot[:, j][~np.isnan(boot[:, j])]
+        if column.size:
+            low[j], high[j] = np.quantile(column, [alpha / 2, 1 - alpha / 2])
+    return low, high
+
+
+def _sums(a, b):
+    return a.sum(0), b.sum(0), (a * a).sum(0)
+
+
+def _bootstrap(pooled, n1, sizes, caps, budget, agg, floor_fraction, reps, rng):
+    """Replay both stages on resamples of each stratum's pooled sample -> (reps, G)."""
+    k = len(pooled)
+    groups = pooled[0][0].shape[1]
+    out = []
+    widest = max(max(n1[i], budget) * groups for i in range(k))
+    chunk = max(1, min(reps, BOOTSTRAP_CELLS // max(widest, 1)))
+    for start in range(0, reps, chunk):
+        r = min(chunk, reps - start)
+        s1 = np.zeros((3, r, k, groups))
+        for i, (a, b) in enumerate(pooled):
+            idx = rng.integers(0, a.shape[0], size=(r, n1[i]))
+            ra, rb = a[idx], b[idx]
+            s1[0, :, i], s1[1, :, i], s1[2, :, i] = ra.sum(1), rb.sum(1), (ra * ra).sum(1)
+        spread = _stratum_spread(s1[0], s1[1], s1[2], n1, sizes, agg)
+        n2 = _allocate(budget - n1.sum(), _stage2_weights(spread, sizes), caps - n1,
+                       floor_fraction)
+        sa, sb = s1[0].copy(), s1[1].copy()
+        for i, (a, b) in enumerate(pooled):
+            width = int(n2[:, i].max())
+            if width == 0:
+                continue
+            idx = rng.integers(0, a.shape[0], size=(r, width))
+            keep = (np.arange(width)[None, :] < n2[:, i:i + 1])[..., None]
+            sa[:, i] += (a[idx] * keep).sum(1)
+            sb[:, i] += (b[idx] * keep).sum(1)
+        out.append(_estimates(sa, sb, n1[None, :] + n2, sizes, agg))
+    return np.concatenate(out)
+
+
+def _package(labels, grouped, estimate, low, high, frames, exact, agg, confidence, details, n):
+    """One AggregateResult per group (key None when not grouped)."""
+    calls = labels.oracle.calls
+    keys = list(labels.codes) if grouped else [None]
+    results = {}
+    for j, key in enumerate(keys):
+        info = dict(details, agg=agg)
+        if "bootstrap_undefined" in info:
+            info["bootstrap_undefined"] = info["bootstrap_undefined"][j]
+        if grouped:
+            info["group"] = key
+        results[key] = AggregateResult(float(estimate[j]), float(low[j]), float(high[j]),
+                                       confidence, calls, frames, exact, "abae", None, info)
+    return results

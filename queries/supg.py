@@ -1,0 +1,256 @@
+"""Selection with a recall or precision guarantee (SUPG-style), with bounds that hold in
+finite samples.
+
+Both operators return the frames above a proxy cutoff plus every sampled positive, minus
+every sampled negative.
+
+- Recall: frames are drawn with replacement from q = (1-u) sqrt(proxy)/sum + u/N (u = 10%
+  uniform) until `budget` distinct frames are labelled. For the set of the top-m frames,
+  the positives left out, FN(m) = N E_q[w O 1{rank >= m}] with w = 1/(N q), get an upper
+  bound and the positives kept, TP(m), a lower bound (the larger of a betting bound and
+  the positives already labelled inside), each by betting at delta/2 (valid at the
+  data-dependent number of draws); cutoff m passes when TP_low / (TP_low + FN_up) >= target. Cutoffs are
+  tested from all frames downwards and the last one of the unbroken run of passes is kept:
+  the answer fails only if the first bad cutoff passes its level-delta test, so no
+  correction for testing many cutoffs is needed.
+- Precision: stage 1 draws as above to estimate how many positives exist, which caps the
+  candidate prefix at top-M; stage 2 labels frames of that prefix uniformly without
+  replacement. For each of `cutoffs` candidate cutoffs, an exact hypergeometric lower
+  bound (at delta / cutoffs, Bonferroni) on the positives among the prefix's unsampled
+  frames bounds the precision of the set that would be returned; the largest cutoff whose
+  bound reaches the target is kept.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import numpy as np
+from scipy import stats
+
+from .bounds import betting_upper_bounds, hypergeom_lower_count
+from .limit import proxy_order
+from .oracle_calls import DistinctOracle, as_flags
+from .results import SelectionResult
+from .validation import (check_confidence, check_fraction, check_int, check_scores,
+                         make_rng)
+
+MIN_BUDGET = 10
+RECALL_BLOCK = 8  # cutoffs whose bounds are computed together (tests stop at a failure)
+
+
+def sampling_distribution(proxy: np.ndarray, uniform_mix: float = 0.1) -> np.ndarray:
+    """q proportional to sqrt(score) mixed with `uniform_mix` uniform, on a copy of the
+    scores: proxies outside [0, 1] are rank-normalised first."""
+    scores = np.array(proxy, dtype=np.float64)
+    if scores.min() < 0.0 or scores.max() > 1.0:
+        scores = stats.rankdata(scores) / scores.size
+    root = np.sqrt(scores)
+    n = scores.size
+    total = root.sum()
+    shaped = root / total if total > 0 else np.full(n, 1.0 / n)
+    return (1.0 - uniform_mix) * shaped + uniform_mix / n
+
+
+def _draw_distinct(q: np.ndarray, distinct: int, rng: np.random.Generator,
+                   exclude: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Draws (with replacement) from q until `distinct` new frames appeared (frames in
+    `exclude` never count as new). Returns (all draws in order, new frames in order of
+    first appearance). The stopping time depends on frame indices only, not on labels."""
+    seen = np.zeros(q.size, dtype=bool) if exclude is None else exclude.copy()
+    available = int((~seen).sum())
+    distinct = min(distinct, available)
+    draws, new = [], []
+    found = 0
+    cdf = np.cumsum(q)
+    cdf /= cdf[-1]
+    while found < distinct:
+        chunk = np.minimum(np.searchsorted(cdf, rng.random(max(4 * (distinct - found), 64)),
+                                           side="right"), q.size - 1)
+        first = np.zeros(chunk.size, dtype=bool)
+        _, idx = np.unique(chunk, return_index=True)
+        first[idx] = True
+        fresh = first & ~seen[chunk]
+        positions = np.flatnonzero(fresh)
+        if positions.size > distinct - found:
+            cut = positions[distinct - found - 1] + 1
+            chunk, fresh = chunk[:cut], fresh[:cut]
+        seen[chunk[fresh]] = True
+        found += int(fresh.sum())
+        draws.append(chunk)
+        new.append(chunk[fresh])
+    if not draws:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    return np.concatenate(draws), np.concatenate(new)
+
+
+def _validate(proxy, target, confidence, budget, uniform_mix, seed):
+    proxy = check_scores("proxy", proxy)
+    target = check_fraction("target", target, inclusive_high=False)
+    confidence = check_confidence(confidence)
+    budget = check_int("budget", budget, MIN_BUDGET)
+    uniform_mix = check_fraction("uniform_mix", uniform_mix)
+    return proxy, target, confidence, budget, uniform_mix, make_rng(seed)
+
+
+def _answer(n, top: np.ndarray, labelled: np.ndarray, labels: np.ndarray, calls: int,
+            details: dict) -> SelectionResult:
+    """top (frames) minus labelled negatives, plus labelled positives."""
+    keep = np.zeros(n, dtype=bool)
+    keep[top] = True
+    keep[labelled[~labels]] = False
+    keep[labelled[labels]] = True
+    frames = np.flatnonzero(keep).astype(np.int64)
+    verified = np.zeros(n, dtype=bool)
+    verified[labelled] = True
+    return SelectionResult(frames, calls, verified[frames], details)
+
+
+def _exact(n, oracle, details):
+    frames = np.arange(n, dtype=np.int64)
+    labels = as_flags(oracle(frames), n)
+    details.update(exact=True, guarantee_met=True,
+                   note="budget covers every frame: the answer is exact")
+    return _answer(n, np.zeros(0, dtype=np.int64), frames, labels, oracle.calls, details)
+
+
+def supg_recall(proxy: np.ndarray, predicate: Callable[[np.ndarray], np.ndarray], *,
+                target: float = 0.9, confidence: float = 0.95, budget: int = 1000, seed=0,
+                uniform_mix: float = 0.1, cutoffs: int = 200) -> SelectionResult:
+    """Frames such that recall >= target with probability >= confidence.
+
+    Spends exactly min(budget, n) oracle calls. When the budget cannot certify a smaller
+    set, the answer is every frame except the sampled negatives (`details['note']`).
+    """
+    proxy, target, confidence, budget, uniform_mix, rng = _validate(
+        proxy, target, confidence, budget, uniform_mix, seed)
+    cutoffs = check_int("cutoffs", cutoffs, 2)
+    n = proxy.size
+    delta = 1.0 - confidence
+    oracle = DistinctOracle(predicate, n)
+    details = {"target": target, "confidence": confidence, "kind": "recall", "exact": False}
+    if budget >= n:
+        return _exact(n, oracle, details)
+    order = proxy_order(proxy, rng)
+    rank = np.empty(n, dtype=np.int64)
+    rank[order] = np.arange(n)
+    q = sampling_distribution(proxy, uniform_mix)
+    draws, frames = _draw_distinct(q, budget, rng)
+    labels = as_flags(oracle(frames), frames.size)
+    positive = np.zeros(n, dtype=bool)
+    positive[frames[labels]] = True
+    weight = 1.0 / (n * q[draws])
+    hit = positive[draws]
+    # candidate set sizes from all frames down to 1, geometric, tested in that order
+    sizes = np.unique(np.round(n * np.geomspace(1.0, 1.0 / n, cutoffs)).astype(np.int64))[::-1]
+    sizes = sizes[sizes >= 1]
+    # largest weight among frames outside the top-m: 1 / (n * min q over ranks >= m)
+    q_by_rank = q[order]
+    suffix_min_q = np.minimum.accumulate(q_by_rank[::-1])[::-1]
+    known_pos_by_rank = np.cumsum(positive[order])  # known positives within top-(r+1)
+    # largest weight among frames inside the top-m: 1 / (n * min q over ranks < m)
+    prefix_min_q = np.minimum.accumulate(q_by_rank)
+    draw_rank = rank[draws]
+    chosen, fn_bound, tp_bound = n, 0.0, float(positive.sum())
+    for start in range(0, sizes.size, RECALL_BLOCK):
+        block = sizes[start:start + RECALL_BLOCK]
+        outside = draw_rank[:, None] >= block[None, :]
+        found = hit[:, None] & outside
+        x_out = np.where(found, weight[:, None], 0.0)
+        out_caps = np.array([1.0 / (n * suffix_min_q[m]) if m < n else 0.0 for m in block])
+        fn_upper = n * betting_upper_bounds(x_out, out_caps, delta / 2)
+        # lower bound on positives inside: reflect w*O*1{inside} within [0, cap]
+        in_caps = np.array([1.0 / (n * prefix_min_q[m - 1]) for m in block])
+        x_in = np.where(hit[:, None] & ~outside, weight[:, None], 0.0)
+        tp_lower = n * (in_caps - betting_upper_bounds(in_caps[None, :] - x_in, in_caps, delta / 2))
+        stop = False
+        for j, m in enumerate(block):
+            inside = max(float(known_pos_by_rank[m - 1]), float(tp_lower[j]))
+            if fn_upper[j] == 0.0 or (inside > 0 and inside / (inside + fn_upper[j]) >= target):
+                chosen, fn_bound, tp_bound = int(m), float(fn_upper[j]), inside
+            else:
+                stop = True
+                break
+        if stop:
+            break
+    details.update(cutoff_rank=chosen, proxy_threshold=float(proxy[order[chosen - 1]]),
+                   missed_positives_bound=fn_bound, kept_positives_bound=tp_bound, draws=int(draws.size),
+                   sampled_positives=int(labels.sum()), guarantee_met=True)
+    if chosen == n:
+        details["note"] = ("budget too small to certify a smaller set at this confidence: "
+                           "returned every frame except sampled negatives")
+    return _answer(n, order[:chosen], frames, labels, oracle.calls, details)
+
+
+def supg_precision(proxy: np.ndarray, predicate: Callable[[np.ndarray], np.ndarray], *,
+                   target: float = 0.95, confidence: float = 0.95, budget: int = 1000, seed=0,
+                   uniform_mix: float = 0.1, stage1_fraction: float = 0.5,
+                   cutoffs: int = 50) -> SelectionResult:
+    """Frames such that precision >= target with probability >= confidence.
+
+    Spends at most min(budget, n) oracle calls. When no cutoff can be certified, the answer
+    is only the sampled positives (all verified), and `details['note']` says so.
+    """
+    proxy, target, confidence, budget, uniform_mix, rng = _validate(
+        proxy, target, confidence, budget, uniform_mix, seed)
+    stage1_fraction = check_fraction("stage1_fraction", stage1_fraction, inclusive_high=False)
+    cutoffs = check_int("cutoffs", cutoffs, 1)
+    n = proxy.size
+    delta = 1.0 - confidence
+    oracle = DistinctOracle(predicate, n)
+    details = {"target": target, "confidence": confidence, "kind": "precision", "exact": False}
+    if budget >= n:
+        return _exact(n, oracle, details)
+    order = proxy_order(proxy, rng)
+    q = sampling_distribution(proxy, uniform_mix)
+    # stage 1: estimate the number of positives to cap the candidate prefix (not part of
+    # the guarantee: a wrong cap only changes which cutoffs are tried)
+    draws, first = _draw_distinct(q, max(1, int(budget * stage1_fraction)), rng)
+    first_labels = as_flags(oracle(first), first.size)
+    positive = np.zeros(n, dtype=bool)
+    positive[first[first_labels]] = True
+    contrib = positive[draws] / (n * q[draws])
+    positives_high = n * (contrib.mean() + 2.0 * contrib.std() / math.sqrt(contrib.size))
+    stage2_budget = budget - oracle.calls
+    prefix = int(min(n, max(math.ceil(positives_high / target), stage2_budget)))
+    labelled = np.zeros(n, dtype=bool)
+    labelled[first] = True
+    top = order[:prefix]
+    eligible = top[~labelled[top]]
+    second = rng.permutation(eligible)[:stage2_budget]
+    second_labels = as_flags(oracle(second), second.size) if second.size else np.zeros(0, bool)
+    in_second = np.zeros(n, dtype=bool)
+    in_second[second] = True
+    positive[second[second_labels]] = True
+    # per rank within the prefix: cumulative counts
+    by_rank = order[:prefix]
+    eligible_cum = np.cumsum(~labelled[by_rank])
+    sampled_cum = np.cumsum(in_second[by_rank])
+    sampled_pos_cum = np.cumsum(in_second[by_rank] & positive[by_rank])
+    first_pos_cum = np.cumsum(labelled[by_rank] & positive[by_rank])
+    # cutoffs from the smallest prefix whose sample could certify the target at all
+    need = math.ceil(math.log(delta / cutoffs) / math.log(target))
+    rate = second.size / max(eligible.size, 1)
+    smallest = int(np.searchsorted(eligible_cum * rate, need)) + 1
+    grid = np.unique(np.linspace(min(smallest, prefix), prefix, cutoffs).astype(np.int64))
+    chosen = 0
+    bound = math.nan
+    for m in grid[::-1]:
+        i = m - 1
+        sampled, hits, pool = int(sampled_cum[i]), int(sampled_pos_cum[i]), int(eligible_cum[i])
+        low = hypergeom_lower_count(hits, sampled, pool, delta / cutoffs)
+        # returned frames of the top-m: stage-1 positives, sampled positives, unsampled
+        size = first_pos_cum[i] + hits + (pool - sampled)
+        precision_low = (first_pos_cum[i] + low) / size if size > 0 else 1.0
+        if precision_low >= target:
+            chosen, bound = int(m), float(precision_low)
+            break
+    all_frames = np.concatenate([first, second])
+    all_labels = np.concatenate([first_labels, second_labels])
+    details.update(prefix=prefix, cutoff_rank=chosen, precision_bound=bound,
+                   proxy_threshold=float(proxy[order[chosen - 1]]) if chosen else math.inf,
+                   sampled_positives=int(all_labels.sum()), guarantee_met=True)
+    if chosen == 0:
+        details["note"] = ("budget too small to certify any cutoff at this confidence: "
+                           "returned only the sampled positives")
+    return _answer(n, order[:chosen], all_frames, all_labels, oracle.calls, details)

@@ -1,0 +1,169 @@
+"""ABae budgeted aggregation: bootstrap coverage, allocation rules, call accounting,
+GROUP BY, and parameter checks."""
+import numpy as np
+import pytest
+
+from vidql.engine.errors import OracleError, ParameterError
+from vidql.queries import aggregate_budget, aggregate_budget_grouped
+from vidql.queries.stratified import _allocate
+
+TRIALS = 200
+
+
+def beta_population(seed, n=20000, a=0.1, b=0.5):
+    """Proxy ~ Beta(a, b); the predicate holds with probability = proxy."""
+    rng = np.random.default_rng(seed)
+    proxy = rng.beta(a, b, n)
+    pred = rng.random(n) < proxy
+    stat = np.where(pred, rng.normal(5.0, 2.0, n) + 3.0 * proxy, rng.normal(0, 1, n))
+    return proxy, stat, pred
+
+
+def rare_population(seed, n=20000):
+    """About 3% of frames satisfy the predicate; the statistic is skewed (lognormal)."""
+    rng = np.random.default_rng(seed)
+    proxy = rng.beta(0.05, 1.5, n)
+    pred = rng.random(n) < np.clip(proxy * 1.5, 0, 1)
+    stat = rng.lognormal(1.0, 0.6, n)
+    return proxy, stat, pred
+
+
+class Counting:
+    def __init__(self, stat, pred, group=None):
+        self.stat, self.pred, self.group = stat, pred, group
+        self.asked = []
+
+    def __call__(self, frames):
+        self.asked.extend(frames.tolist())
+        if self.group is None:
+            return self.stat[frames], self.pred[frames]
+        return self.stat[frames], self.pred[frames], self.group[frames]
+
+
+def _truth(stat, pred, agg):
+    return {"avg": stat[pred].mean(), "sum": stat[pred].sum(), "count": pred.sum()}[agg]
+
+
+@pytest.mark.parametrize("agg", ["avg", "sum", "count"])
+def test_bootstrap_interval_covers_truth(agg):
+    proxy, stat, pred = beta_population(0)
+    truth = _truth(stat, pred, agg)
+    hits = 0
+    for seed in range(TRIALS):
+        res = aggregate_budget(proxy, lambda f: (stat[f], pred[f]), budget=1000, agg=agg,
+                               seed=seed, n_bootstrap=500 if agg != "avg" else 1000)
+        hits += res.ci_low <= truth <= res.ci_high
+    assert hits / TRIALS >= 0.93
+
+
+def test_bootstrap_interval_covers_rare_skewed_avg():
+    proxy, stat, pred = rare_population(1)
+    truth = stat[pred].mean()
+    hits = sum(
+        (r := aggregate_budget(proxy, lambda f: (stat[f], pred[f]), budget=1500, seed=s,
+                               n_bootstrap=500)).ci_low <= truth <= r.ci_high
+        for s in range(TRIALS))
+    assert hits / TRIALS >= 0.93
+
+
+def test_lower_mse_than_uniform_sampling():
+    proxy, stat, pred = beta_population(2)
+    truth = stat[pred].mean()
+    f = lambda fr: (stat[fr], pred[fr])  # noqa: E731
+    abae = [aggregate_budget(proxy, f, budget=1000, seed=s, n_bootstrap=100).estimate
+            for s in range(TRIALS)]
+    uniform = [aggregate_budget(proxy, f, budget=1000, seed=s, strata=1,
+                                n_bootstrap=100).estimate for s in range(TRIALS)]
+    ratio = np.mean((np.array(uniform) - truth) ** 2) / np.mean((np.array(abae) - truth) ** 2)
+    assert ratio >= 1.4
+
+
+def test_budget_respected_no_frame_twice_and_stage_caps():
+    proxy, stat, pred = beta_population(3, n=400)
+    oracle = Counting(stat, pred)
+    res = aggregate_budget(proxy, oracle, budget=300, seed=1, strata=5, n_bootstrap=100)
+    assert res.oracle_calls == 300 == len(oracle.asked) == len(set(oracle.asked))
+    assert np.array_equal(np.sort(oracle.asked), res.frames)
+    sizes = np.array(res.details["stratum_sizes"])
+    taken = np.array(res.details["pilot"]) + np.array(res.details["stage2"])
+    assert np.all(taken <= sizes) and np.all(np.array(res.details["stage2"]) >= 1)
+    assert res.method == "abae" and res.error_kind is None
+
+
+def test_zero_variance_strata_still_get_stage_two_samples():
+    rng = np.random.default_rng(4)
+    proxy = rng.random(5000)
+    pred = proxy > 0.8  # predicate only in the top stratum: others have sd 0 in the pilot
+    stat = np.full(5000, 2.0)
+    res = aggregate_budget(proxy, lambda f: (stat[f], pred[f]), budget=500, agg="count",
+                           seed=0, n_bootstrap=100)
+    assert min(res.details["stage2"]) >= 1
+
+
+def test_allocation_caps_and_totals():
+    weights = np.array([[10.0, 0.0, 1.0], [0.0, 0.0, 0.0]])
+    caps = np.array([3, 100, 100])
+    alloc = _allocate(50, weights, caps, 0.1)
+    assert np.all(alloc.sum(axis=1) == 50) and np.all(alloc <= caps) and np.all(alloc >= 1)
+    assert _allocate(1000, weights[:1], caps, 0.1).sum() == caps.sum()
+
+
+def test_exact_when_budget_covers_all_frames():
+    proxy, stat, pred = beta_population(5, n=300)
+    for agg in ("avg", "sum", "count"):
+        res = aggregate_budget(proxy, lambda f: (stat[f], pred[f]), budget=300, agg=agg)
+        assert res.exact and res.ci_low == res.ci_high
+        assert res.estimate == pytest.approx(_truth(stat, pred, agg))
+
+
+def test_grouped_results_per_group():
+    proxy, stat, pred = beta_population(6)
+    group = np.where(np.arange(proxy.size) % 3 == 0, "a", "b")
+    oracle = Counting(stat, pred, group)
+    results = aggregate_budget_grouped(proxy, oracle, budget=1500, agg="avg", seed=2,
+                                       n_bootstrap=300)
+    assert set(results) == {"a", "b"}
+    assert len(oracle.asked) == len(set(oracle.asked)) == 1500
+    for key, res in results.items():
+        truth = stat[pred & (group == key)].mean()
+        assert res.ci_low <= truth <= res.ci_high
+        assert res.oracle_calls == 1500 and res.details["group"] == key
+
+
+def test_grouped_coverage():
+    proxy, stat, pred = beta_population(7, n=10000)
+    group = np.where(np.random.default_rng(0).random(proxy.size) < 0.3, 1, 2)
+    hits = 0
+    for seed in range(100):
+        res = aggregate_budget_grouped(proxy, lambda f: (stat[f], pred[f], group[f]),
+                                       budget=1000, agg="count", seed=seed, n_bootstrap=300)
+        hits += all(r.ci_low <= (pred & (group == g)).sum() <= r.ci_high
+                    for g, r in res.items())
+    assert hits / 100 >= 0.85  # both groups at once: about 0.95^2
+
+
+def test_avg_with_no_positive_sampled_is_nan():
+    proxy = np.random.default_rng(8).random(2000)
+    res = aggregate_budget(proxy, lambda f: (np.ones(f.size), np.zeros(f.size, bool)),
+                           budget=100, n_bootstrap=100)
+    assert np.isnan(res.estimate)
+    res = aggregate_budget(proxy, lambda f: (np.ones(f.size), np.zeros(f.size, bool)),
+                           budget=100, agg="count", n_bootstrap=100)
+    assert res.estimate == 0.0
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(budget=9), "budget"), (dict(budget=100, agg="median"), "agg"),
+    (dict(budget=100, confidence=1.5), "confidence"), (dict(budget=100, strata=0), "strata"),
+    (dict(budget=100, n_bootstrap=10), "n_bootstrap"),
+    (dict(budget=100, pilot_fraction=1.0), "pilot_fraction"),
+])
+def test_parameter_errors(kwargs, message):
+    proxy = np.linspace(0, 1, 1000)
+    with pytest.raises(ParameterError, match=message):
+        aggregate_budget(proxy, lambda f: (np.ones(f.size), np.ones(f.size, bool)), **kwargs)
+
+
+def test_callback_must_return_pairs():
+    with pytest.raises(OracleError):
+        aggregate_budget(np.linspace(0, 1, 100), lambda f: np.ones(f.size), budget=20)

@@ -1,0 +1,141 @@
+"""SUPG selection: recall and precision guarantees over seeded trials (synthetic and the
+real onto.csv table), call accounting, safe answers, and parameter checks."""
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from vidql.engine.errors import ParameterError
+from vidql.queries import supg_precision, supg_recall
+from vidql.queries.supg import sampling_distribution
+
+TRIALS = 200
+ONTO = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "supg" / "onto.csv"
+
+
+def population(seed, n=10000, rate=0.2, separation=2.0):
+    """Labels with a calibrated-looking proxy in [0, 1]."""
+    rng = np.random.default_rng(seed)
+    labels = rng.random(n) < rate
+    logit = np.where(labels, separation, -separation) + rng.normal(0, 1.5, n)
+    return 1 / (1 + np.exp(-logit)), labels
+
+
+def rare_population(seed, n=20000):
+    """Base rate about 2%, skewed proxy."""
+    return population(seed, n=n, rate=0.02, separation=3.0)
+
+
+def recall_of(frames, labels):
+    return labels[frames].sum() / labels.sum()
+
+
+def precision_of(frames, labels):
+    return labels[frames].mean() if frames.size else 1.0
+
+
+@pytest.mark.parametrize("mix", [0.1, 1.0])
+def test_recall_guarantee_holds(mix):
+    proxy, labels = population(0)
+    rec, sizes = [], []
+    for seed in range(TRIALS):
+        res = supg_recall(proxy, lambda f: labels[f], target=0.9, budget=1000, seed=seed,
+                          uniform_mix=mix)
+        assert res.oracle_calls == 1000
+        rec.append(recall_of(res.frames, labels))
+        sizes.append(res.frames.size)
+    assert np.mean(np.array(rec) >= 0.9) >= 0.93
+    assert np.mean(sizes) < 0.9 * labels.size  # a real cutoff was certified, not everything
+
+
+def test_precision_guarantee_holds():
+    proxy, labels = population(1, rate=0.1)
+    prec, sizes = [], []
+    for seed in range(TRIALS):
+        res = supg_precision(proxy, lambda f: labels[f], target=0.9, budget=400, seed=seed)
+        assert res.oracle_calls <= 400
+        prec.append(precision_of(res.frames, labels))
+        sizes.append(res.frames.size)
+    assert np.mean(np.array(prec) >= 0.9) >= 0.93
+    assert np.mean(sizes) > 400  # more than the sampled frames: a cutoff was certified
+
+
+def test_rare_population_guarantees():
+    proxy, labels = rare_population(2)
+    ok_recall = ok_precision = 0
+    for seed in range(100):
+        r = supg_recall(proxy, lambda f: labels[f], target=0.9, budget=1000, seed=seed)
+        p = supg_precision(proxy, lambda f: labels[f], target=0.95, budget=1000, seed=seed)
+        ok_recall += recall_of(r.frames, labels) >= 0.9
+        ok_precision += precision_of(p.frames, labels) >= 0.95
+    assert ok_recall >= 93 and ok_precision >= 93
+
+
+@pytest.mark.shared
+@pytest.mark.slow
+def test_guarantees_on_onto_table():
+    if not ONTO.exists():
+        pytest.skip(f"real proxy table {ONTO} not present")
+    import pandas as pd
+
+    table = pd.read_csv(ONTO)
+    proxy = table["proxy_score"].to_numpy()
+    labels = table["label"].to_numpy() > 0.5
+    ok_recall = ok_precision = 0
+    for seed in range(TRIALS):
+        r = supg_recall(proxy, lambda f: labels[f], target=0.9, budget=1000, seed=seed)
+        p = supg_precision(proxy, lambda f: labels[f], target=0.95, budget=1000, seed=seed)
+        ok_recall += recall_of(r.frames, labels) >= 0.9
+        ok_precision += precision_of(p.frames, labels) >= 0.95
+    assert ok_recall / TRIALS >= 0.93 and ok_precision / TRIALS >= 0.93
+
+
+def test_returned_set_rules_and_single_labelling():
+    proxy, labels = population(3)
+    asked = []
+
+    def oracle(frames):
+        asked.extend(frames.tolist())
+        return labels[frames]
+
+    res = supg_recall(proxy, oracle, budget=500, seed=0)
+    sampled = np.array(asked)
+    assert len(asked) == len(set(asked)) == res.oracle_calls == 500
+    returned = set(res.frames.tolist())
+    assert all(f in returned for f in sampled[labels[sampled]])  # sampled positives kept
+    assert not any(f in returned for f in sampled[~labels[sampled]])  # negatives dropped
+    assert np.array_equal(res.verified, np.isin(res.frames, sampled))
+    assert np.all(np.diff(res.frames) > 0)
+
+
+def test_safe_answers_when_budget_is_too_small():
+    proxy, labels = population(4, n=20000, rate=0.01, separation=0.5)
+    r = supg_recall(proxy, lambda f: labels[f], budget=20, seed=0)
+    assert r.frames.size >= 20000 - 20 and "note" in r.details
+    p = supg_precision(proxy, lambda f: labels[f], target=0.99, budget=20, seed=0)
+    assert np.all(labels[p.frames]) and np.all(p.verified) and "note" in p.details
+
+
+def test_exact_when_budget_covers_everything():
+    proxy, labels = population(5, n=300)
+    for op in (supg_recall, supg_precision):
+        res = op(proxy, lambda f: labels[f], budget=300)
+        assert np.array_equal(res.frames, np.flatnonzero(labels)) and res.details["exact"]
+
+
+def test_sampling_distribution_copies_and_rank_normalises():
+    proxy = np.array([-3.0, 0.0, 2.0, 5.0])
+    before = proxy.copy()
+    q = sampling_distribution(proxy, 0.1)
+    assert np.array_equal(proxy, before)
+    assert q.sum() == pytest.approx(1.0) and np.all(np.diff(q) > 0) and q.min() >= 0.1 / 4
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(target=1.0), "target"), (dict(target=0), "target"), (dict(confidence=1), "confidence"),
+    (dict(budget=5), "budget"), (dict(uniform_mix=0), "uniform_mix"),
+])
+def test_parameter_errors(kwargs, message):
+    for op in (supg_recall, supg_precision):
+        with pytest.raises(ParameterError, match=message):
+            op(np.linspace(0, 1, 100), lambda f: np.zeros(f.size, bool), **kwargs)
