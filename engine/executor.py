@@ -105,9 +105,10 @@ def _exact(db, q: Query):
         if parts[0] in lower and reads_labels and lower[parts[0]] not in read:
             read.append(lower[parts[0]])
     ranges = {}
-    if q.video is not None and q.frame_range is not None and q.video.lower() in lower:
+    single = q.video or (q.tables[0] if len(q.tables) == 1 else None)  # `night` or `night.objects`
+    if single is not None and q.frame_range is not None and single.split(".")[0].lower() in lower:
         lo, hi = q.frame_range
-        ranges[lower[q.video.lower()]] = (lo, None if hi is None else hi + 1)
+        ranges[lower[single.split(".")[0].lower()]] = (lo, None if hi is None else hi + 1)
     relation, stats = run_exact(db.catalog, q.sql, read, ranges, oracle=q.clauses.oracle)
     report = Report(operator="exact", video=", ".join(read) or None,
                     oracle=q.clauses.oracle, guarantee="exact")

@@ -167,6 +167,10 @@ def run_approximate(db, q: Query) -> Result:
         frame = _run_selection(binding, q, seed, report)
     report.seconds["total"] = time.perf_counter() - t0
     binding.finish(report)
+    if "oracle_calls" in frame.columns:  # real calls; cached labels the operator used are hits
+        frame["oracle_calls"] = report.oracle_calls
+    if binding.cache.oracle.simulated_cost_ms is not None:
+        report.details["oracle_seconds"] = "simulated: cost_ms per call"
     return Result(db.con.from_df(frame), report)
 
 
@@ -208,12 +212,10 @@ def _run_aggregate(b: Binding, q: Query, seed: int, report: Report) -> pd.DataFr
             return pd.DataFrame({"estimate": [float(b.n)], "ci_low": [float(b.n)],
                                  "ci_high": [float(b.n)], "confidence": [1.0], "oracle_calls": [0],
                                  "frames": [0]})
-        if agg.func == "avg" or pred is None:
-            values = b.truth(target)
-            proxy = b.proxy(target)
-        else:  # SUM(x) WHERE p: per-frame x * p
-            combined = parse_frame_expr(f"({target.text}) * CAST(({pred.text}) AS DOUBLE)")
-            values, proxy = b.truth(combined), b.proxy(combined)
+        if agg.func == "sum" and pred is not None:  # SUM(x) WHERE p: per-frame x * p
+            target = parse_frame_expr(f"CAST(({target.text}) AS DOUBLE) * "
+                                      f"CAST(({pred.text}) AS DOUBLE)")
+        values, proxy = b.truth(target), b.proxy(target)
         result = queries.aggregate_error_bound(b.n, values, proxy=proxy, **common)
         scale = 1.0 if agg.func == "avg" else float(b.n)
     report.operator = f"aggregate ({result.method})"
@@ -304,9 +306,8 @@ def _run_selection(b: Binding, q: Query, seed: int, report: Report) -> pd.DataFr
     report.details.update(getattr(result, "details", {}) or {})
     positions = np.asarray(result.frames, dtype=np.int64)
     frames = b.population[positions]
-    verified = getattr(result, "verified", None)
-    if verified is None:
-        verified = np.isin(positions, np.asarray(getattr(result, "sampled", []), dtype=np.int64))
+    # EZMODE returns only oracle-confirmed positives; selections say which they confirmed
+    verified = getattr(result, "verified", np.ones(len(positions), dtype=bool))
     return pd.DataFrame({"frame": frames, "ts": b.timestamps(frames),
                          "verified": np.asarray(verified, dtype=bool)})
 

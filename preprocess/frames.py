@@ -26,6 +26,7 @@ class FrameReader:
     `threads=0` lets FFmpeg pick its decoder threads; use 1 when many readers run at once.
     `options` are FFmpeg decoder options (e.g. {"skip_loop_filter": "all"}) that trade
     exactness for speed; leave them empty for frame-exact output.
+    A reader belongs to one thread; parallel decoding uses one reader per thread.
     """
 
     def __init__(self, path: str | os.PathLike, info: VideoInfo | None = None, *,

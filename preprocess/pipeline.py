@@ -30,7 +30,7 @@ import numpy as np
 from vidql.engine.errors import ParameterError, VidqlError
 from vidql.preprocess.frames import FrameReader
 from vidql.preprocess.probe import VideoInfo, probe_video
-from vidql.preprocess.rendition import Rendition, RenditionReader
+from vidql.preprocess.rendition import Rendition, RenditionReader, rendition_positions
 from vidql.preprocess.transforms import FrameSpec
 
 _POLL = 0.05  # seconds a blocked thread waits before checking whether to stop
@@ -58,14 +58,14 @@ class Batch:
         return len(self.indices)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Source:
     """One video as the pipeline sees it: the file to decode and how its frames are numbered."""
 
     path: str  # the file decoded (the rendition file for a rendition)
     info: VideoInfo
     name: str  # the video the user knows (the original for a rendition)
-    original: np.ndarray | None = None  # original frame number of each decoded frame
+    rendition: Rendition | None = None
 
     @property
     def frame_count(self) -> int:
@@ -75,26 +75,17 @@ class Source:
         return FrameReader(self.path, self.info, threads=threads, interpolation=interpolation, options=options)
 
     def to_original(self, positions: np.ndarray) -> np.ndarray:
-        return positions if self.original is None else self.original[positions]
+        return positions if self.rendition is None else self.rendition.frames[positions]
 
     def to_positions(self, frames: np.ndarray) -> np.ndarray:
         """Own frame positions of original frame numbers (range-checked)."""
-        if self.original is None:
-            bad = frames[(frames < 0) | (frames >= self.frame_count)]
-            if len(bad):
-                raise VidqlError(f"frame {int(bad[0])} is out of range for '{self.name}', "
-                                 f"which has frames 0..{self.frame_count - 1}")
-            return frames
-        return _rendition_positions(self, frames)
-
-
-def _rendition_positions(source: Source, frames: np.ndarray) -> np.ndarray:
-    at = np.searchsorted(source.original, frames)
-    ok = at < len(source.original)
-    ok[ok] = source.original[at[ok]] == frames[ok]
-    if not ok.all():
-        raise VidqlError(f"frame {int(frames[~ok][0])} is not in the rendition of '{source.name}'")
-    return at
+        if self.rendition is not None:
+            return rendition_positions(self.rendition, frames)
+        bad = frames[(frames < 0) | (frames >= self.frame_count)]
+        if len(bad):
+            raise VidqlError(f"frame {int(bad[0])} is out of range for '{self.name}', "
+                             f"which has frames 0..{self.frame_count - 1}")
+        return frames
 
 
 def as_source(source) -> Source:
@@ -105,7 +96,7 @@ def as_source(source) -> Source:
         source = source.rendition
     if isinstance(source, Rendition):
         info = probe_video(source.path)
-        return Source(str(source.path), info, source.source, np.asarray(source.frames, dtype=np.int64))
+        return Source(str(source.path), info, source.source, source)
     if isinstance(source, FrameReader):
         return Source(source.path, source.info, source.path)
     if isinstance(source, VideoInfo):

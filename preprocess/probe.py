@@ -9,6 +9,7 @@ the video is decoded once, which is the only way to learn the truth when the hea
 """
 from __future__ import annotations
 
+import bisect
 import os
 import re
 from dataclasses import dataclass
@@ -55,8 +56,6 @@ class VideoInfo:
 
     def gop_of(self, frame: int) -> int:
         """Position in `keyframes` of the last keyframe at or before `frame`."""
-        import bisect
-
         return max(bisect.bisect_right(self.keyframes, frame) - 1, 0)
 
 

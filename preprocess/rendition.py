@@ -34,7 +34,7 @@ def rendition_size(width: int, height: int, short_side: int) -> tuple[int, int]:
     return max(2, round(width * scale / 2) * 2), max(2, round(height * scale / 2) * 2)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Rendition:
     """A low-res copy of `source` in `folder`; `frames[i]` is the original number of its frame i."""
 
@@ -106,6 +106,20 @@ def make_rendition(src: str | os.PathLike, dst_dir: str | os.PathLike, short_sid
     return Rendition.load(dst_dir)
 
 
+def rendition_positions(rendition: Rendition, frames: Sequence[int] | np.ndarray) -> np.ndarray:
+    """Positions in `rendition` of original frame numbers; VidqlError for one it does not hold."""
+    wanted = np.asarray(frames, dtype=np.int64).reshape(-1)
+    kept = rendition.frames
+    at = np.searchsorted(kept, wanted)
+    ok = at < len(kept)
+    ok[ok] = kept[at[ok]] == wanted[ok]
+    if not ok.all():
+        every = int(kept[1] - kept[0]) if len(kept) > 1 else 1
+        raise VidqlError(f"frame {int(wanted[~ok][0])} is not in the rendition of '{rendition.source}' "
+                         f"(it holds frames 0..{rendition.source_frame_count - 1} in steps of {every})")
+    return at
+
+
 def open_rendition(folder: str | os.PathLike, **reader_options) -> "RenditionReader":
     """Open a rendition folder as a frame reader numbered like the original video."""
     return Rendition.load(folder).open(**reader_options)
@@ -165,18 +179,7 @@ class RenditionReader:
 
     def positions(self, frames: Sequence[int] | np.ndarray) -> np.ndarray:
         """Rendition positions of original frame numbers; each must be in the rendition."""
-        wanted = np.asarray(frames, dtype=np.int64).reshape(-1)
-        at = np.searchsorted(self.frames, wanted)
-        inside = at < len(self.frames)
-        ok = inside.copy()
-        ok[inside] = self.frames[at[inside]] == wanted[inside]
-        if not ok.all():
-            bad = int(wanted[~ok][0])
-            every = int(self.frames[1] - self.frames[0]) if len(self.frames) > 1 else 1
-            raise VidqlError(f"frame {bad} is not in the rendition of '{self.rendition.source}' "
-                             f"(it holds frames 0..{self.rendition.source_frame_count - 1} "
-                             f"in steps of {every})")
-        return at
+        return rendition_positions(self.rendition, frames)
 
     def read(self, frames: Sequence[int] | np.ndarray, size: Size | None = None) -> np.ndarray:
         """Frames by original number, in the order asked, as N×H×W×3 uint8 RGB."""

@@ -40,6 +40,7 @@ def limit_query(proxy: np.ndarray, predicate: Callable[[np.ndarray], np.ndarray]
     blocked = np.zeros(n, dtype=bool)  # labelled or suppressed
     hits: list[int] = []
     position = 0
+    exhausted = False
     reach = max(gap - 1, 0)
     while len(hits) < k and oracle.calls < max_calls:
         size = min(batch, k - len(hits), max_calls - oracle.calls)
@@ -57,6 +58,7 @@ def limit_query(proxy: np.ndarray, predicate: Callable[[np.ndarray], np.ndarray]
         # resume at the first frame neither labelled nor suppressed
         position = first_deferred if first_deferred is not None else scan
         if not chosen:
+            exhausted = True
             break
         frames = np.array(chosen, dtype=np.int64)
         labels = as_flags(oracle(frames), frames.size, "predicate")
@@ -67,6 +69,7 @@ def limit_query(proxy: np.ndarray, predicate: Callable[[np.ndarray], np.ndarray]
                 blocked[max(frame - reach, 0):frame + reach + 1] = True
     frames = np.array(sorted(hits), dtype=np.int64)
     details = {"k": k, "gap": gap, "found": len(hits), "hits_in_call_order": hits,
-               "exhausted": len(hits) < k and oracle.calls < max_calls,
-               "budget_reached": len(hits) < k and oracle.calls >= max_calls}
+               "exhausted": exhausted or (len(hits) < k and not (~blocked).any()),
+               "budget_reached": len(hits) < k and oracle.calls >= max_calls
+               and (~blocked).any()}
     return SelectionResult(frames, oracle.calls, np.ones(frames.size, dtype=bool), details)

@@ -131,7 +131,7 @@ def find_rare(embeddings: np.ndarray, predicate: Callable[[np.ndarray], np.ndarr
     positives_per_round = []
     flood_calls = flood(query(first))
     positives_per_round.append(int(label[oracle.labelled].sum()))
-    rounds, idle = 1, 0
+    rounds, idle = 1, int(positives_per_round[0] == 0)
     scores = None
     while oracle.calls < budget and (max_rounds is None or rounds < max_rounds):
         labelled = np.flatnonzero(oracle.labelled)
