@@ -373,17 +373,21 @@ def _estimate_approximate(b: Binding, q: Query, report: Report) -> int:
                     report.details["estimate"] = "scan depth until the proxy shows LIMIT hits"
                     return min(pos + 1, c.budget or b.n)
         return min(b.n, c.budget or b.n)
-    # aggregate: normal-approximation sample size from the proxy's spread, with FPC
+    # aggregate: samples until the empirical Bernstein half-width
+    # sigma*sqrt(2x/t) + 3Rx/t reaches the error, with spread and range read off the proxy
     agg = q.aggregate
     target = agg.expr if agg is not None and agg.expr is not None and agg.func != "count" else pred
     proxy = b.proxy(target)
     if proxy is None:
-        report.details["estimate"] = "no index: assumes the worst-case spread (values in [0, 1])"
-        sigma, mean = 0.5, 0.5
+        report.details["estimate"] = "no index: assumes values in [0, 1] with the widest spread"
+        sigma, mean, width = 0.5, 0.5, 1.0
     else:
         sigma, mean = float(np.std(proxy)), float(np.mean(proxy))
-        report.details["estimate"] = "from the proxy's spread (uniform sampling; control variates need fewer)"
-    eps = c.error * (abs(mean) if c.error_relative else 1.0)
-    z = math.sqrt(2 * math.log(2 / (1 - _confidence(q))))
-    n0 = (z * sigma / max(eps, 1e-12)) ** 2
-    return int(min(b.n, math.ceil(n0 / (1 + n0 / b.n)))) if n0 > 0 else 1
+        width = float(np.ptp(proxy)) or 1.0
+        report.details["estimate"] = ("empirical Bernstein bound with the proxy's spread and range "
+                                      "(uniform sampling; control variates usually need fewer)")
+    eps = max(c.error * (abs(mean) if c.error_relative else 1.0), 1e-12)
+    x = math.log(3 / ((1 - _confidence(q)) * 0.1 / 1.1))  # first epoch's share of delta
+    a, bb = 3 * width * x, sigma * math.sqrt(2 * x)
+    u = (-bb + math.sqrt(bb * bb + 4 * a * eps)) / (2 * a)
+    return int(min(b.n, math.ceil(1 / (u * u))))

@@ -95,8 +95,7 @@ def as_source(source) -> Source:
     if isinstance(source, RenditionReader):
         source = source.rendition
     if isinstance(source, Rendition):
-        info = probe_video(source.path)
-        return Source(str(source.path), info, source.source, source)
+        return Source(str(source.path), source.info, source.source, source)
     if isinstance(source, FrameReader):
         return Source(source.path, source.info, source.path)
     if isinstance(source, VideoInfo):

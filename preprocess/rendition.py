@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 from dataclasses import dataclass
+from functools import cached_property
 from fractions import Fraction
 from pathlib import Path
 from typing import Iterator, Sequence
@@ -49,6 +50,11 @@ class Rendition:
     @property
     def path(self) -> Path:
         return self.folder / VIDEO_FILE
+
+    @cached_property
+    def info(self) -> VideoInfo:
+        """The rendition file's own layout (probed once per Rendition object)."""
+        return probe_video(self.path)
 
     def open(self, **reader_options) -> "RenditionReader":
         """A reader whose frame numbers are the original video's."""
@@ -160,7 +166,7 @@ class RenditionReader:
 
     def __init__(self, rendition: Rendition, **reader_options):
         self.rendition = rendition
-        self.reader = FrameReader(rendition.path, **reader_options)
+        self.reader = FrameReader(rendition.path, rendition.info, **reader_options)
         self.info = self.reader.info
         self.frames = rendition.frames
         self.path = str(rendition.path)
