@@ -7,6 +7,7 @@ statement leaves the catalog as it was.
 from __future__ import annotations
 
 import json
+from contextlib import closing
 import os
 import pickle
 import re
@@ -256,32 +257,37 @@ class Catalog:
         if key not in self._caches:
             info = self.video_info(row["name"])
             self._caches[key] = LabelCache(self.con, row["name"], info.frame_count, o,
-                                           self._pixel_reader(info), progress=self.progress)
+                                           self._pixel_batches(info), progress=self.progress)
         return self._caches[key]
 
     def lowres_source(self, video: str) -> "LowResSource":
         """Frames of a video for embedders and proxies (low resolution, original numbering)."""
-        return LowResSource(self.video_info(video))
+        rendition = self.video_dir(self.video_row(video)["name"]) / "rendition"
+        return LowResSource(self.video_info(video), rendition if rendition.is_dir() else None)
 
     @staticmethod
-    def _pixel_reader(info):
-        from vidql.preprocess.frames import FrameReader
+    def _pixel_batches(info):
+        """Original-resolution frames for the oracle, through the pipelined runtime."""
+        from vidql.preprocess import frame_batches
 
-        def read(ids: np.ndarray) -> np.ndarray:
-            with FrameReader(info.path, info) as reader:
-                return reader.read(ids)
+        def batches(frames: np.ndarray, batch_size: int):
+            return closing(frame_batches(info, frames=frames, batch_size=batch_size))
 
-        return read
+        return batches
 
 
 class LowResSource:
-    """A frame source (n_frames, read, iter_batches) over a video for low-res consumers."""
+    """A frame source (n_frames, read, iter_batches) over a video for low-res consumers:
+    its rendition when it has one (original frame numbers), else the original, resized."""
 
     DEFAULT_SHORT_SIDE = 36
 
-    def __init__(self, info):
+    def __init__(self, info, rendition_dir: Path | None = None):
+        from vidql.preprocess import Rendition
+
         self.info = info
         self.n_frames = info.frame_count
+        self.rendition = Rendition.load(rendition_dir) if rendition_dir else None
 
     def proxy_size(self, short_side: int | None = None) -> tuple[int, int]:
         """(width, height) with the given short side, keeping the aspect ratio (even sizes)."""
@@ -293,11 +299,15 @@ class LowResSource:
     def read(self, frames, size=None) -> np.ndarray:
         from vidql.preprocess.frames import FrameReader
 
-        with FrameReader(self.info.path, self.info) as reader:
+        reader = self.rendition.open() if self.rendition else FrameReader(self.info.path, self.info)
+        with reader:
             return reader.read(frames, size=size)
 
     def iter_batches(self, batch_size: int, start: int = 0, stop: int | None = None, size=None):
-        from vidql.preprocess.frames import FrameReader
+        from vidql.preprocess import frame_batches
 
-        with FrameReader(self.info.path, self.info) as reader:
-            yield from reader.iter_batches(batch_size, start=start, stop=stop, size=size)
+        stop = self.n_frames if stop is None else stop
+        frames = None if (start, stop) == (0, self.n_frames) else np.arange(start, stop)
+        with closing(frame_batches(self.rendition or self.info, size=size, batch_size=batch_size,
+                                   frames=frames)) as batches:
+            yield from batches

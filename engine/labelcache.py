@@ -55,16 +55,16 @@ class LabelStats:
 class LabelCache:
     """Labels of one video by one oracle, read from and written to the catalog database.
 
-    `read_frames(frame_ids) -> uint8 N×H×W×3` supplies pixels for oracles that need them."""
+    `frame_batches(frames, batch_size)` is a context manager yielding (ids, uint8 N×H×W×3)
+    batches in frame order: the pixels for oracles that need them."""
 
-    def __init__(self, con, video: str, n_frames: int, oracle: Oracle,
-                 read_frames: Callable[[np.ndarray], np.ndarray] | None, *,
+    def __init__(self, con, video: str, n_frames: int, oracle: Oracle, frame_batches, *,
                  progress: bool = True):
         self.con = con
         self.video = video
         self.n_frames = n_frames
         self.oracle = oracle
-        self.read_frames = read_frames
+        self.frame_batches = frame_batches
         self.progress = progress
         self.stats = LabelStats()
         done = con.execute("SELECT frame FROM vidql.labelled WHERE video = ? AND oracle = ?",
@@ -97,20 +97,23 @@ class LabelCache:
         bar = tqdm(total=len(todo), desc=desc or f"labelling {self.video} with {self.oracle.name}",
                    unit="frame", disable=not self.progress or len(todo) < 2 * batch, leave=False)
         try:
-            for start in range(0, len(todo), batch):
-                self._label_batch(todo[start:start + batch])
-                bar.update(min(batch, len(todo) - start))
+            if not self.oracle.needs_pixels:
+                for start in range(0, len(todo), batch):
+                    self._label_batch(todo[start:start + batch], None, 0.0)
+                    bar.update(min(batch, len(todo) - start))
+                return
+            with self.frame_batches(todo, batch) as batches:
+                t0 = time.perf_counter()
+                for ids, pixels in batches:  # decoding runs ahead while the oracle works
+                    self._label_batch(np.asarray(ids, dtype=np.int64), pixels,
+                                      time.perf_counter() - t0)
+                    bar.update(len(ids))
+                    t0 = time.perf_counter()
         finally:
             bar.close()
 
-    def _label_batch(self, ids: np.ndarray) -> None:
-        t0 = time.perf_counter()
-        pixels = None
-        if self.oracle.needs_pixels:
-            if self.read_frames is None:
-                raise VidqlError(f"oracle {self.oracle.name!r} needs pixels but video "
-                                 f"{self.video!r} has no frame reader")
-            pixels = self.read_frames(ids)
+    def _label_batch(self, ids: np.ndarray, pixels: np.ndarray | None, wait: float) -> None:
+        """Run the oracle on one batch and commit its labels before anything uses them."""
         t1 = time.perf_counter()
         try:
             det = check_detections(self.oracle.detect(pixels, ids), ids, self.oracle)
@@ -145,7 +148,7 @@ class LabelCache:
             self.con.unregister("__vidql_done")
         self._labelled[ids] = True
         self.stats.oracle_calls += len(ids)
-        self.stats.decode_seconds += t1 - t0
+        self.stats.decode_seconds += wait
         cost = self.oracle.simulated_cost_ms
         self.stats.oracle_seconds += (t2 - t1) if cost is None else cost * len(ids) / 1000
 

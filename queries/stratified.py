@@ -32,7 +32,9 @@ def aggregate_budget(proxy: np.ndarray, true_values: Callable, *, budget: int,
 
     `true_values(frames) -> (stat float64, pred bool)`. AVG is the mean of stat over
     predicate frames, SUM their total, COUNT their number. The interval is the bootstrap
-    percentile interval (`n_bootstrap` resamples replaying both stages).
+    percentile interval (`n_bootstrap` resamples replaying both stages); each stratum's
+    resampling includes a half-weight phantom positive so that strata where the pilot saw
+    no positive still carry their uncertainty.
     """
     return _two_stage(proxy, true_values, budget, agg, confidence, strata, seed, n_bootstrap,
                       pilot_fraction, floor_fraction, grouped=False)[None]
@@ -237,29 +239,55 @@ def _sums(a, b):
     return a.sum(0), b.sum(0), (a * a).sum(0)
 
 
-def _bootstrap(pooled, n1, sizes, caps, budget, agg, floor_fraction, reps, rng):
+def _with_phantoms(pooled, phantom_weight: float):
+    """Each stratum's pooled sample plus one phantom positive per group (stat = the group's
+    mean over all sampled positives), drawn with weight `phantom_weight` against 1 for a
+    real sample. A stratum where no positive was sampled thus still varies in the
+    bootstrap, as its unknown rate does (Jeffreys-style smoothing); with many samples the
+    phantoms' effect vanishes."""
+    groups = pooled[0][0].shape[1]
+    a_all = np.concatenate([a for a, _ in pooled])
+    b_all = np.concatenate([b for _, b in pooled])
+    counts = b_all.sum(0)
+    means = np.where(counts > 0, a_all.sum(0) / np.maximum(counts, 1), 0.0)
+    phantom_a = np.diag(means)
+    phantom_b = np.eye(groups)
+    return [(np.vstack([a, phantom_a]), np.vstack([b, phantom_b]), a.shape[0])
+            for a, b in pooled]
+
+
+def _draw(real: int, groups: int, phantom_weight: float, shape, rng) -> np.ndarray:
+    """Indices into real samples (weight 1 each) then phantoms (phantom_weight each)."""
+    u = rng.random(shape) * (real + groups * phantom_weight)
+    phantom = np.minimum((u - real) / phantom_weight, groups - 1)
+    return np.where(u < real, u, real + phantom).astype(np.int64)
+
+
+def _bootstrap(pooled, n1, sizes, caps, budget, agg, floor_fraction, reps, rng,
+               phantom_weight=0.5):
     """Replay both stages on resamples of each stratum's pooled sample -> (reps, G)."""
     k = len(pooled)
     groups = pooled[0][0].shape[1]
+    worlds = _with_phantoms(pooled, phantom_weight)
     out = []
     widest = max(max(n1[i], budget) * groups for i in range(k))
     chunk = max(1, min(reps, BOOTSTRAP_CELLS // max(widest, 1)))
     for start in range(0, reps, chunk):
         r = min(chunk, reps - start)
         s1 = np.zeros((3, r, k, groups))
-        for i, (a, b) in enumerate(pooled):
-            idx = rng.integers(0, a.shape[0], size=(r, n1[i]))
+        for i, (a, b, real) in enumerate(worlds):
+            idx = _draw(real, groups, phantom_weight, (r, n1[i]), rng)
             ra, rb = a[idx], b[idx]
             s1[0, :, i], s1[1, :, i], s1[2, :, i] = ra.sum(1), rb.sum(1), (ra * ra).sum(1)
         spread = _stratum_spread(s1[0], s1[1], s1[2], n1, sizes, agg)
         n2 = _allocate(budget - n1.sum(), _stage2_weights(spread, sizes), caps - n1,
                        floor_fraction)
         sa, sb = s1[0].copy(), s1[1].copy()
-        for i, (a, b) in enumerate(pooled):
+        for i, (a, b, real) in enumerate(worlds):
             width = int(n2[:, i].max())
             if width == 0:
                 continue
-            idx = rng.integers(0, a.shape[0], size=(r, width))
+            idx = _draw(real, groups, phantom_weight, (r, width), rng)
             keep = (np.arange(width)[None, :] < n2[:, i:i + 1])[..., None]
             sa[:, i] += (a[idx] * keep).sum(1)
             sb[:, i] += (b[idx] * keep).sum(1)
