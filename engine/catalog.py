@@ -36,7 +36,8 @@ CREATE TABLE IF NOT EXISTS vidql.indexes (
 """
 
 NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-RESERVED = {"vidql", "main", "temp", "information_schema", "pg_catalog", "system"}
+RESERVED = {"vidql", "vidql_store", "memory", "main", "temp", "information_schema", "pg_catalog",
+            "system"}
 
 
 def check_name(kind: str, name: str) -> str:

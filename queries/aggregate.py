@@ -84,7 +84,8 @@ def _check_inside(values: np.ndarray, value_range) -> None:
                              f"outside the declared value_range {value_range}; widen it")
 
 
-def _bets(d: np.ndarray, width: float, error: float, relative: bool, scale: np.ndarray | None = None):
+def _bets(d: np.ndarray, width: float, error: float, relative: bool,
+          scale: np.ndarray | None = None) -> np.ndarray:
     """Predictable bets aimed at resolving the answer to within the error asked."""
     var = np.maximum(predictable_variance(d, (width / 2.0) ** 2), 1e-12)
     if relative:
@@ -151,11 +152,15 @@ def aggregate_error_bound(n: int, true_values: Callable[[np.ndarray], np.ndarray
         c = 0.0
         if proxy is not None and cov[1, 1] > 0:
             c = -cov[0, 1] / cov[1, 1]
-        estimate = moments.mean[0] + (c * (moments.mean[1] - proxy_stats[0]) if proxy is not None else 0.0)
+        estimate = moments.mean[0]
+        if proxy is not None:
+            estimate += c * (moments.mean[1] - proxy_stats[0])
         if bound == "bernstein":
             width = y_range[1] - y_range[0] + (abs(c) * (proxy_stats[2] - proxy_stats[1])
                                                if proxy is not None else 0.0)
-            variance = cov[0, 0] if proxy is None else cov[0, 0] + 2 * c * cov[0, 1] + c * c * cov[1, 1]
+            variance = cov[0, 0]
+            if proxy is not None:
+                variance += 2 * c * cov[0, 1] + c * c * cov[1, 1]
             half = eb_serfling_halfwidth(math.sqrt(max(variance, 0.0)), t, n, width,
                                          epoch_delta(j, delta, p))
             low, high = estimate - half, estimate + half

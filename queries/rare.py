@@ -128,10 +128,10 @@ def find_rare(embeddings: np.ndarray, predicate: Callable[[np.ndarray], np.ndarr
         first = np.lexsort((rng.random(n), -proxy))[:batch]
     else:
         first = rng.choice(n, size=min(batch, n), replace=False)
-    positives_per_round = []
+    positives_after_round = []
     flood_calls = flood(query(first))
-    positives_per_round.append(int(label[oracle.labelled].sum()))
-    rounds, idle = 1, int(positives_per_round[0] == 0)
+    positives_after_round.append(int(label[oracle.labelled].sum()))
+    rounds, idle = 1, int(positives_after_round[0] == 0)
     scores = None
     while oracle.calls < budget and (max_rounds is None or rounds < max_rounds):
         labelled = np.flatnonzero(oracle.labelled)
@@ -163,11 +163,12 @@ def find_rare(embeddings: np.ndarray, predicate: Callable[[np.ndarray], np.ndarr
         flood_calls += flood(query(ranking[:batch]))
         rounds += 1
         found = int(label[oracle.labelled].sum())
-        positives_per_round.append(found)
+        positives_after_round.append(found)
         idle = idle + 1 if found == before else 0
         if patience is not None and idle >= patience:
             break
     frames = np.flatnonzero(oracle.labelled & label).astype(np.int64)
-    details = {"positives_per_round": positives_per_round, "flood_calls": flood_calls,
-               "candidate_pool": candidate_pool, "seeded_by": "proxy" if proxy is not None else "random"}
+    details = {"positives_after_round": positives_after_round, "flood_calls": flood_calls,
+               "candidate_pool": candidate_pool,
+               "seeded_by": "proxy" if proxy is not None else "random"}
     return RareResult(frames, oracle.calls, rounds, details)

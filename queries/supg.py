@@ -9,8 +9,9 @@ every sampled negative.
   the positives left out, FN(m) = N E_q[w O 1{rank >= m}] with w = 1/(N q), get an upper
   bound and the positives kept, TP(m), a lower bound (the larger of a betting bound and
   the positives already labelled inside), each by betting at delta/2 (valid at the
-  data-dependent number of draws); cutoff m passes when TP_low / (TP_low + FN_up) >= target. Cutoffs are
-  tested from all frames downwards and the last one of the unbroken run of passes is kept:
+  data-dependent number of draws); cutoff m passes when TP_low / (TP_low + FN_up) >=
+  target. Cutoffs are tested from all frames downwards and the last one of the unbroken
+  run of passes is kept:
   the answer fails only if the first bad cutoff passes its level-delta test, so no
   correction for testing many cutoffs is needed.
 - Precision: stage 1 draws as above to estimate how many positives exist, which caps the
@@ -52,14 +53,13 @@ def sampling_distribution(proxy: np.ndarray, uniform_mix: float = 0.1) -> np.nda
     return (1.0 - uniform_mix) * shaped + uniform_mix / n
 
 
-def _draw_distinct(q: np.ndarray, distinct: int, rng: np.random.Generator,
-                   exclude: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Draws (with replacement) from q until `distinct` new frames appeared (frames in
-    `exclude` never count as new). Returns (all draws in order, new frames in order of
-    first appearance). The stopping time depends on frame indices only, not on labels."""
-    seen = np.zeros(q.size, dtype=bool) if exclude is None else exclude.copy()
-    available = int((~seen).sum())
-    distinct = min(distinct, available)
+def _draw_distinct(q: np.ndarray, distinct: int,
+                   rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Draws (with replacement) from q until `distinct` different frames appeared.
+    Returns (all draws in order, distinct frames in order of first appearance). The
+    stopping time depends on frame indices only, not on labels."""
+    seen = np.zeros(q.size, dtype=bool)
+    distinct = min(distinct, q.size)
     draws, new = [], []
     found = 0
     cdf = np.cumsum(q)
@@ -174,7 +174,8 @@ def supg_recall(proxy: np.ndarray, predicate: Callable[[np.ndarray], np.ndarray]
         if stop:
             break
     details.update(cutoff_rank=chosen, proxy_threshold=float(proxy[order[chosen - 1]]),
-                   missed_positives_bound=fn_bound, kept_positives_bound=tp_bound, draws=int(draws.size),
+                   missed_positives_bound=fn_bound, kept_positives_bound=tp_bound,
+                   draws=int(draws.size),
                    sampled_positives=int(labels.sum()), guarantee_met=True)
     if chosen == n:
         details["note"] = ("budget too small to certify a smaller set at this confidence: "

@@ -61,7 +61,8 @@ def check_value_range(value_range) -> tuple[float, float] | None:
     try:
         low, high = (float(v) for v in value_range)
     except (TypeError, ValueError):
-        raise ParameterError(f"value_range must be a pair (low, high); got {value_range!r}") from None
+        raise ParameterError(
+            f"value_range must be a pair (low, high); got {value_range!r}") from None
     if not (math.isfinite(low) and math.isfinite(high)) or low > high:
         raise ParameterError(f"value_range must be finite with low <= high; got {value_range!r}")
     return low, high
@@ -72,5 +73,6 @@ def make_rng(seed) -> np.random.Generator:
     if isinstance(seed, np.random.Generator):
         return seed
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ParameterError(f"seed must be a non-negative integer or numpy Generator; got {seed!r}")
+        raise ParameterError(
+            f"seed must be a non-negative integer or numpy Generator; got {seed!r}")
     return np.random.default_rng(int(seed))

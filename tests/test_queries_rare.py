@@ -49,7 +49,7 @@ def test_positives_distinct_confirmed_and_budget_respected():
     assert np.all(labels[res.frames]) and np.all(np.diff(res.frames) > 0)
     asked = np.array(oracle.asked)
     assert set(res.frames.tolist()) == set(asked[labels[asked]].tolist())
-    assert res.rounds >= 2 and len(res.details["positives_per_round"]) == res.rounds
+    assert res.rounds >= 2 and len(res.details["positives_after_round"]) == res.rounds
 
 
 def test_flood_fill_labels_whole_events():

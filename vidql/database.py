@@ -13,6 +13,9 @@ from vidql.engine.errors import CatalogError, VidqlError
 from vidql.engine.labelcache import LabelCache
 
 
+STORE_CATALOG = "vidql_store"
+
+
 def artifacts_dir_for(db_path: Path) -> Path:
     return db_path.with_name(db_path.name + ".artifacts")
 
@@ -35,8 +38,11 @@ class Database:
                 raise VidqlError(f"database path '{self.path}' is a folder; give a file name, "
                                  f"e.g. '{self.path / 'vidql.db'}'")
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            try:
-                con = duckdb.connect(str(self.path))
+            try:  # a fixed catalog name: DuckDB would name it after the file, which may clash
+                con = duckdb.connect(":memory:")  # with a video's schema (night.db, night.objects)
+                con.execute(f"ATTACH '{self.path.as_posix().replace(chr(39), chr(39) * 2)}' "
+                            f"AS {STORE_CATALOG}")
+                con.execute(f"USE {STORE_CATALOG}")
             except duckdb.Error as exc:
                 raise VidqlError(f"cannot open database '{self.path}': {exc}") from None
             artifacts = artifacts_dir_for(self.path)
