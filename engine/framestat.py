@@ -180,3 +180,19 @@ def evaluate(expr: FrameExpr | str, detections: pd.DataFrame, frames) -> np.ndar
         return np.nan_to_num(out, nan=0.0)
     finally:
         con.close()
+
+
+def is_predicate(expr: FrameExpr | str) -> bool:
+    """Whether a frame expression is a truth value (so its values lie in [0, 1])."""
+    if isinstance(expr, str):
+        expr = parse_frame_expr(expr)
+    con = duckdb.connect()
+    try:
+        cols = ", ".join(f"{'0' if fn.kind == 'objects' else 'false'} AS {fn.column}"
+                         for fn in expr.functions) or "0 AS __none"
+        kind = con.execute(f"DESCRIBE SELECT ({expr.sql}) AS v FROM (SELECT {cols})").fetchall()
+        return kind[0][1] == "BOOLEAN"
+    except duckdb.Error:
+        return False
+    finally:
+        con.close()

@@ -13,7 +13,7 @@ import pandas as pd
 from .catalog import _quote
 from .dialect import Query
 from .errors import CatalogError, QueryError
-from .framestat import FrameExpr, parse_frame_expr
+from .framestat import FrameExpr, is_predicate, parse_frame_expr
 from .labelcache import LabelCache, LabelStats
 
 OPERATORS = {
@@ -199,11 +199,15 @@ def _run_aggregate(b: Binding, q: Query, seed: int, report: Report) -> pd.DataFr
         raise QueryError("GROUP BY with ERROR WITHIN is not supported; use ORACLE BUDGET n "
                          "for grouped approximate aggregates", q.text, q.text.upper().find("GROUP BY"))
     c = q.clauses
+    # the betting confidence sequence holds in finite samples and keeps control variates'
+    # gain (an empirical Bernstein bound is dominated by its range term here)
     common = dict(error=c.error, relative=c.error_relative, confidence=conf, seed=seed,
-                  max_samples=c.budget)
+                  max_samples=c.budget, bound="betting")
     error_kind = "relative" if c.error_relative else "absolute"
     if agg.func == "avg" and pred is not None:
-        result = queries.aggregate_ratio_error_bound(b.n, _pair(b, stat, pred), **common)
+        result = queries.aggregate_ratio_error_bound(b.n, _pair(b, stat, pred),
+                                                     value_range=_value_range(stat, report),
+                                                     **common)
         scale = 1.0
     else:
         target = stat if agg.func != "count" else pred
@@ -216,12 +220,23 @@ def _run_aggregate(b: Binding, q: Query, seed: int, report: Report) -> pd.DataFr
             target = parse_frame_expr(f"CAST(({target.text}) AS DOUBLE) * "
                                       f"CAST(({pred.text}) AS DOUBLE)")
         values, proxy = b.truth(target), b.proxy(target)
-        result = queries.aggregate_error_bound(b.n, values, proxy=proxy, **common)
+        result = queries.aggregate_error_bound(b.n, values, proxy=proxy,
+                                               value_range=_value_range(target, report), **common)
         scale = 1.0 if agg.func == "avg" else float(b.n)
     report.operator = f"aggregate ({result.method})"
     report.guarantee = (f"{agg.func.upper()} within {c.error:g}{' (relative)' if c.error_relative else ' per frame'}"
                         f" at {conf:.0%} confidence ({error_kind} error)")
     return _aggregate_frame(result, scale, conf)
+
+
+def _value_range(expr: FrameExpr | None, report: Report) -> tuple[float, float] | None:
+    """[0, 1] for predicates (a sound range); counts have no a-priori bound, so the operator
+    reads their range off the sample, and the report says so."""
+    if expr is None or is_predicate(expr):
+        return (0.0, 1.0)
+    report.details["value_range"] = ("read off the sample: counts have no a-priori bound, so "
+                                     "the interval assumes unseen frames stay in that range")
+    return None
 
 
 def _pair(b: Binding, stat: FrameExpr | None, pred: FrameExpr | None):
@@ -285,7 +300,8 @@ def _run_selection(b: Binding, q: Query, seed: int, report: Report) -> pd.DataFr
                              f"proxy scores: CREATE INDEX ... ON {b.video} USING TASTI", q.text, 0)
         conf = _confidence(q)
         if q.kind == "select_recall":
-            result = queries.supg_recall(proxy, is_true, target=c.recall_target,
+            # half the samples uniform: certifying recall needs the low-proxy region sampled
+            result = queries.supg_recall(proxy, is_true, target=c.recall_target, uniform_mix=0.5,
                                          confidence=conf, budget=c.budget, seed=seed)
             report.guarantee = f"recall ≥ {c.recall_target:.0%} with probability {conf:.0%}"
         else:

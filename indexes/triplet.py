@@ -128,7 +128,7 @@ def train_triplet_network(images: np.ndarray, close: np.ndarray, counts: np.ndar
                 if len(batch) < 2:  # BatchNorm needs more than one sample
                     continue
                 frames = batch.reshape(-1)
-                inputs = _jitter(x[frames]) if jitter else x[frames]
+                inputs = random_lighting(x[frames]) if jitter else x[frames]
                 z = model(inputs)
                 zt = z.view(len(batch), 3, -1)
                 loss = loss_fn(zt[:, 0], zt[:, 1], zt[:, 2])
@@ -147,7 +147,7 @@ def train_triplet_network(images: np.ndarray, close: np.ndarray, counts: np.ndar
     return model, {"triplets": seen, "final_loss": float(np.mean(tail))}
 
 
-def _jitter(x: torch.Tensor) -> torch.Tensor:
+def random_lighting(x: torch.Tensor) -> torch.Tensor:
     """Random per-image contrast (×0.6–1.4) and brightness (±0.4 std) on normalised images."""
     n = len(x)
     gain = torch.empty(n, 1, 1, 1, device=x.device).uniform_(0.6, 1.4)
