@@ -44,21 +44,13 @@ def _sq_dist_to(x: np.ndarray, sq_norms: np.ndarray, i: int) -> np.ndarray:
     return np.maximum(d, 0.0)
 
 
-def choose_representatives(embeddings: np.ndarray, n_reps: int, *, already=None,
-                           seed: int = 0) -> np.ndarray:
-    """New representative frames: a quarter of `n_reps` uniformly at random, the rest by FPF
-    from everything chosen so far (`already`: frames labelled before, e.g. training frames,
-    which count towards `n_reps`). Returns only the new frames, in pick order."""
-    n_frames = len(embeddings)
+def random_representatives(n_frames: int, n_reps: int, *, already=None, seed: int = 0
+                           ) -> np.ndarray:
+    """The random quarter of `n_reps` representatives: sorted frames drawn uniformly from
+    those not in `already` (frames labelled before, which count towards `n_reps`)."""
     already = np.unique(np.asarray([] if already is None else already, dtype=np.int64))
-    n_new = min(int(n_reps) - len(already), n_frames - len(already))
-    if n_new <= 0:
+    n_random = min(int(n_reps) // 4, int(n_reps) - len(already), n_frames - len(already))
+    if n_random <= 0:
         return np.empty(0, dtype=np.int64)
-    rng = np.random.default_rng(seed)
     pool = np.setdiff1d(np.arange(n_frames, dtype=np.int64), already, assume_unique=True)
-    n_random = min(int(n_reps) // 4, n_new)
-    random_picks = np.sort(rng.choice(pool, size=n_random, replace=False))
-    chosen = np.concatenate([already, random_picks])
-    fpf_picks = farthest_point_first(embeddings, n_new - n_random,
-                                     initial=chosen if len(chosen) else None, seed=seed)
-    return np.concatenate([random_picks, fpf_picks])
+    return np.sort(np.random.default_rng(seed).choice(pool, size=n_random, replace=False))

@@ -22,7 +22,7 @@ from ..engine.errors import ParameterError, QueryError, VidqlError
 from ..engine.framestat import DETECTION_COLUMNS, FrameExpr, evaluate, parse_frame_expr
 from .embedders import (embed_source, find_pretrained_weights, network_embedder,
                         pixel_embeddings, pretrained_embeddings, source_length)
-from .fpf import choose_representatives, farthest_point_first
+from .fpf import farthest_point_first, random_representatives
 from .neighbours import merge_nearest, nearest
 from .propagate import DEFAULT_EPS, propagate
 from .triplet import label_closeness, train_triplet_network
@@ -76,6 +76,21 @@ class _Labeller:
         return pd.concat(self.parts, ignore_index=True) if self.parts else _empty_labels()
 
 
+def _train_network(source, labels: pd.DataFrame, frames: np.ndarray, cfg: dict,
+                   progress: bool):
+    """Triplet CNN trained on labelled `frames` (pixels read at cfg's size) and its
+    figures; (None, figures) when the labels are all alike, so no triplet exists."""
+    counts, close = label_closeness(labels, frames, box_tol=cfg["box_tol"])
+    if len(frames) < 2 or close.all():
+        return None, {"triplets": 0}
+    model, fit = train_triplet_network(
+        source.read(frames, size=tuple(cfg["size"])), close, counts, frames, dim=cfg["dim"],
+        triplets=cfg["triplets"], lr=cfg["lr"], margin=cfg["margin"],
+        count_weight=cfg["count_weight"], jitter=cfg["jitter"], seed=cfg["seed"],
+        progress=progress)
+    return model, {**fit, "training_frames": len(frames)}
+
+
 class TastiIndex:
     """Proxy scores for any frame statistic over one video (see `build`, `proxy`)."""
 
@@ -117,19 +132,26 @@ class TastiIndex:
               seed: int = 0, embedder: str = "triplet", size: tuple[int, int] = (64, 36),
               progress: bool = True, identity: dict | None = None, weights=None,
               dim: int = 128, triplets: int = 12_000, lr: float = 1e-3, margin: float = 1.0,
-              count_weight: float = 1.0, jitter: bool = True, box_tol: float = 1.0,
+              count_weight: float = 30.0, jitter: bool = True, box_tol: float = 1.0,
               eps: float = DEFAULT_EPS, threads: int = 2) -> "TastiIndex":
         """Embed every frame of `source`, label `reps` representatives through `label_fn`
         and find each frame's `k` nearest representatives.
 
         `embedder`: 'triplet' (default) trains a compact CNN with triplet loss on `train`
         frames chosen by farthest-point-first over a mining embedding (pretrained ResNet-18
-        when local weights exist, else the pixel embedding); the training frames count
-        towards `reps`. 'pretrained' uses ResNet-18 features (needs local `weights` or the
-        torch hub cache; never downloads). 'pixel' uses thumbnail PCA. Representatives: a
-        quarter of `reps` at random, the rest by FPF. Oracle calls = max(train, reps) for
-        'triplet', `reps` otherwise. `identity` (e.g. video fingerprint, oracle identity)
-        is stored and checked by `load(..., expect=...)`.
+        when local weights exist, else the pixel embedding) together with the random
+        representatives. 'pretrained' uses ResNet-18 features (needs local `weights` or the
+        torch hub cache; never downloads). 'pixel' uses thumbnail PCA. Training: triplet
+        loss (`margin`, Adam `lr`, `triplets` seen, `dim`-d output) plus `count_weight` times
+        an auxiliary regression of class counts from the embedding (0 gives plain TASTI;
+        the default lifts rho for car counts from ~0.87 to ~0.95 on synthetic traffic),
+        with random lighting `jitter`.
+
+        Representatives are every labelled frame: the training frames, a quarter of `reps`
+        at random, and the rest by FPF in the final embedding, `reps` in all (oracle calls
+        = max(reps, train + reps // 4) for 'triplet', `reps` otherwise). `identity` (e.g.
+        video fingerprint and oracle identity) is stored and checked by
+        `load(..., expect=...)`.
         """
         if embedder not in EMBEDDERS:
             raise ParameterError(f"embedder must be one of {EMBEDDERS}, got {embedder!r}")
@@ -164,19 +186,37 @@ class TastiIndex:
         if cfg["embedder"] == "pretrained":
             emb = pretrained_embeddings(source, size=size, weights=weights, progress=progress)
             stats["embedding"] = "pretrained ResNet-18"
-            lap("embedding")
         elif cfg["embedder"] == "pixel":
             emb = pixel_embeddings(source, size=size, seed=cfg["seed"], progress=progress)
             stats["embedding"] = "pixel thumbnail PCA"
-            lap("embedding")
         else:
-            emb, train_frames, stats = cls._triplet_embeddings(
-                source, labeller, cfg, progress, weights, lap)
-        new = choose_representatives(emb, cfg["reps"], already=train_frames, seed=cfg["seed"] + 1)
-        lap("select_reps")
-        labeller(new, "labelling representatives")
-        lap("label_reps")
-        rep_frames = np.concatenate([train_frames, new])
+            emb, stats["mining_embedding"] = cls._mining_embedding(source, cfg, progress, weights)
+            train_frames = np.sort(farthest_point_first(emb, cfg["train"], seed=cfg["seed"]))
+        lap("mining_embedding" if cfg["embedder"] == "triplet" else "embedding")
+        random_reps = random_representatives(len(emb), cfg["reps"], already=train_frames,
+                                             seed=cfg["seed"] + 1)
+        labelled = np.concatenate([train_frames, random_reps])
+        labeller(labelled, "labelling training frames and random representatives")
+        lap("label_train_random")
+        if cfg["embedder"] == "triplet":
+            model, fit = _train_network(source, labeller.labels(), np.sort(labelled), cfg, progress)
+            stats.update(fit)
+            lap("train")
+            if model is None:
+                stats["embedding"] = (stats["mining_embedding"] + " (training labels all alike: "
+                                      "no triplets)")
+            else:
+                emb = embed_source(source, network_embedder(model), cfg["dim"], size=size,
+                                   desc="triplet embedding", progress=progress)
+                stats["embedding"] = "triplet CNN"
+                lap("embedding")
+        fpf_reps = farthest_point_first(emb, cfg["reps"] - len(labelled),
+                                        initial=labelled if len(labelled) else None,
+                                        seed=cfg["seed"] + 1)
+        lap("select_fpf_reps")
+        labeller(fpf_reps, "labelling FPF representatives")
+        lap("label_fpf_reps")
+        rep_frames = np.concatenate([labelled, fpf_reps])
         with tqdm(total=len(emb), desc="nearest representatives", unit="frame",
                   disable=not progress) as bar:
             distances, positions = nearest(emb, emb[rep_frames], cfg["k"], progress=bar)
@@ -189,41 +229,18 @@ class TastiIndex:
                    stats=stats)
 
     @staticmethod
-    def _triplet_embeddings(source, labeller, cfg, progress, weights, lap):
-        """Mining embedding -> FPF training frames -> oracle labels -> triplet CNN -> embed."""
+    def _mining_embedding(source, cfg, progress, weights) -> tuple[np.ndarray, str]:
+        """Pretrained ResNet-18 features when local weights exist, else the pixel embedding."""
         size = tuple(cfg["size"])
         try:
             find_pretrained_weights(weights)
-            mining = pretrained_embeddings(source, size=size, weights=weights, progress=progress)
-            stats = {"mining_embedding": "pretrained ResNet-18"}
         except VidqlError:
             if weights is not None:
                 raise
-            mining = pixel_embeddings(source, size=size, seed=cfg["seed"], progress=progress)
-            stats = {"mining_embedding": "pixel thumbnail PCA"}
-        lap("mining_embedding")
-        train_frames = np.sort(farthest_point_first(mining, cfg["train"], seed=cfg["seed"]))
-        labeller(train_frames, "labelling training frames")
-        lap("label_train")
-        counts, close = label_closeness(labeller.labels(), train_frames, box_tol=cfg["box_tol"])
-        if len(train_frames) < 2 or close.all():
-            stats.update(embedding=stats["mining_embedding"] + " (training labels all alike: "
-                         "no triplets)", triplets=0)
-            lap("train")
-            return mining, train_frames, stats
-        images = source.read(train_frames, size=size)
-        model, fit = train_triplet_network(
-            images, close, counts, train_frames, dim=cfg["dim"], triplets=cfg["triplets"],
-            lr=cfg["lr"], margin=cfg["margin"], count_weight=cfg["count_weight"],
-            jitter=cfg["jitter"], seed=cfg["seed"], progress=progress)
-        stats.update(fit)
-        lap("train")
-        del mining
-        emb = embed_source(source, network_embedder(model), cfg["dim"], size=size,
-                           desc="triplet embedding", progress=progress)
-        stats["embedding"] = "triplet CNN"
-        lap("embedding")
-        return emb, train_frames, stats
+            return (pixel_embeddings(source, size=size, seed=cfg["seed"], progress=progress),
+                    "pixel thumbnail PCA")
+        return (pretrained_embeddings(source, size=size, weights=weights, progress=progress),
+                "pretrained ResNet-18")
 
     # ---- proxies ----------------------------------------------------------------------
 
@@ -254,7 +271,10 @@ class TastiIndex:
             values = propagate(self.rep_values(parsed), self.positions, self.distances,
                                exact_frames=self.rep_frames, eps=self.eps)
             if path is not None:
-                _atomic_save(path, values)
+                try:
+                    _atomic_save(path, values)
+                except OSError:  # a read-only index folder: the proxy stays cached in memory
+                    pass
         values.flags.writeable = False
         self._proxies[key] = values
         return values

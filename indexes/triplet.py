@@ -96,7 +96,7 @@ def sample_triplets(close: np.ndarray, counts: np.ndarray, times: np.ndarray,
 def train_triplet_network(images: np.ndarray, close: np.ndarray, counts: np.ndarray,
                           times: np.ndarray, *, dim: int = 128, triplets: int = 12_000,
                           batch_size: int = 32, lr: float = 1e-3, margin: float = 1.0,
-                          count_weight: float = 1.0, jitter: bool = True, seed: int = 0,
+                          count_weight: float = 30.0, jitter: bool = True, seed: int = 0,
                           progress: bool = True) -> tuple[CompactCNN, dict]:
     """Train a CompactCNN on `images` (uint8 T×H×W×3) with triplet loss until about
     `triplets` triplets have been seen; returns the network and training figures.

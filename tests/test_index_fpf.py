@@ -1,7 +1,7 @@
 """Farthest-point-first and the random + FPF choice of representatives."""
 import numpy as np
 
-from vidql.indexes import choose_representatives, farthest_point_first
+from vidql.indexes import farthest_point_first, random_representatives
 
 
 def naive_fpf(x, n, initial):
@@ -41,15 +41,12 @@ def test_fpf_finds_outliers_and_never_repeats_duplicates():
     assert len(farthest_point_first(x, 500, initial=[0])) == 99  # capped at what is left
 
 
-def test_representatives_quarter_random_rest_fpf_excluding_already_labelled():
-    x = np.random.default_rng(1).normal(size=(2000, 6)).astype(np.float32)
+def test_random_quarter_of_representatives_excludes_labelled_frames():
     already = np.arange(0, 2000, 40)  # 50 training frames
-    new = choose_representatives(x, 200, already=already, seed=4)
-    assert len(new) == 150 and len(np.unique(new)) == 150
-    assert not np.isin(new, already).any()
-    random_part, fpf_part = new[:50], new[50:]
-    assert np.array_equal(fpf_part, naive_fpf(x, 100, list(already) + list(random_part)))
-    assert np.array_equal(new, choose_representatives(x, 200, already=already, seed=4))
-    assert not np.array_equal(random_part, choose_representatives(x, 200, already=already,
-                                                                  seed=5)[:50])
-    assert len(choose_representatives(x, 30, already=already)) == 0
+    picks = random_representatives(2000, 200, already=already, seed=4)
+    assert len(picks) == 50 and len(np.unique(picks)) == 50
+    assert not np.isin(picks, already).any() and np.all(np.diff(picks) > 0)
+    assert np.array_equal(picks, random_representatives(2000, 200, already=already, seed=4))
+    assert not np.array_equal(picks, random_representatives(2000, 200, already=already, seed=5))
+    assert len(random_representatives(2000, 60, already=already)) == 10  # budget left: 10
+    assert len(random_representatives(2000, 30, already=already)) == 0

@@ -151,3 +151,28 @@ def test_interrupted_query_keeps_labels_and_resumes(counter_clip, oracle_module,
         # no frame went to the oracle twice: every call was for a frame not yet cached
         assert sum(oracle_module.CALLS[:2]) + report.oracle_calls == len(db.labels("clip").labelled_frames)
         assert report.cache_hits >= cached and result["estimate"][0] > 0
+
+
+def test_python_api_mirrors_sql(night):
+    from vidql import contains, objects
+
+    db, truth, _, _ = night
+    video = db.video("night")
+    by_api = video.using(seed=21).aggregate("avg", objects("car"), error=0.5, confidence=0.95)
+    by_sql = db.sql("SELECT AVG(objects('car')) FROM night ERROR WITHIN 0.5 CONFIDENCE 95% SEED 21").df()
+    assert by_api.df()["estimate"][0] == by_sql["estimate"][0]
+    assert by_api.report.guarantee.startswith("AVG within 0.5")
+    assert by_api.relation.columns == ["estimate", "ci_low", "ci_high", "confidence",
+                                       "oracle_calls", "frames"]
+    bus = set(np.flatnonzero(true_values(truth, "contains('bus')") > 0))
+    sel = video.where(contains("bus")).using(seed=4).select(recall=0.9, confidence=0.95, budget=1000)
+    assert len(set(sel.df()["frame"]) & bus) >= 0.9 * len(bus)
+    assert sel.report.operator == "SUPG recall" and sel.report.oracle_calls + sel.report.cache_hits <= 1000
+    lim = video.where(objects("car") >= 5).limit(3, gap=100)
+    assert len(lim.df()) == 3 and lim.df()["verified"].all()
+    rare = video.where(contains("bus")).using(seed=4).find_rare(budget=100)
+    assert set(rare.df()["frame"]) <= bus
+    grouped = video.aggregate("avg", objects("car"), budget=300, group_by=contains("bus"))
+    assert len(grouped.df()) == 2 and "seconds" not in grouped.df().columns
+    with pytest.raises(vidql.ParameterError):
+        video.select(recall=0.9, precision=0.9)
