@@ -3,11 +3,11 @@
 Every scenario loops over populations (ground truth + proxy, optionally embeddings) from
 the providers in POPULATIONS and compares vidql with its baselines on the same data and
 seeds, in oracle calls. Operators see the truth only through a labels callback. A
-provider for new data (e.g. synthetic-traffic with a TASTI proxy) is one more function
-appended to POPULATIONS.
+provider for new data is one more function appended to POPULATIONS.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -93,8 +93,49 @@ def onto_populations(ctx: BenchContext) -> list[Population]:
                        source=str(path))]
 
 
+def traffic_populations(ctx: BenchContext) -> list[Population]:
+    """synthetic-traffic with the proxies of a TASTI index built as vidql builds it (triplet
+    embedder, 2% of frames labelled): car counts, and bus frames with the index's
+    embeddings. The index is saved in the cache folder and reused by later runs."""
+    return list(_traffic_populations(Path(ctx.cache_dir), 10_000 if ctx.quick else 100_000,
+                                     ctx.seed))
+
+
+@functools.lru_cache(maxsize=2)
+def _traffic_populations(cache_dir: Path, n: int, seed: int) -> tuple[Population, ...]:
+    from vidql.datasets import ensure_traffic, read_labels
+    from vidql.engine.errors import VidqlError
+    from vidql.engine.framestat import evaluate
+    from vidql.indexes import TastiIndex
+    from vidql.preprocess.frames import FrameReader
+
+    from .scenarios_index import LABEL_FRACTION, SIZE, CountingLabels
+
+    video, labels = ensure_traffic(cache_dir, n, seed=seed)
+    detections = read_labels(labels)
+    directory = cache_dir / f"{video.stem}.bench-index"
+    identity = {"labels": labels.name, "seed": seed}
+    try:
+        index = TastiIndex.load(directory, expect=identity)
+    except VidqlError:
+        reps = int(LABEL_FRACTION * n)
+        with FrameReader(video) as source:
+            index = TastiIndex.build(source, CountingLabels(detections), train=reps // 2,
+                                     reps=reps, seed=seed, size=SIZE, identity=identity,
+                                     progress=False)
+        index.save(directory)
+    frames = np.arange(n)
+    cars = evaluate("objects('car')", detections, frames)
+    bus = evaluate("contains('bus')", detections, frames) > 0
+    where = f"synthetic-traffic {n} frames, TASTI proxy"
+    return (Population("traffic objects('car')", index.proxy("objects('car')"), values=cars,
+                       value_range=(0.0, float(cars.max())), source=where),
+            Population("traffic contains('bus')", index.proxy("contains('bus')"), values=cars,
+                       predicate=bus, embeddings=np.asarray(index.embeddings), source=where))
+
+
 POPULATIONS: list[Callable[[BenchContext], list[Population]]] = [
-    synthetic_populations, onto_populations]
+    synthetic_populations, traffic_populations, onto_populations]
 
 
 def _populations(ctx: BenchContext, *needs: str, temporal: bool = False) -> list[Population]:

@@ -154,7 +154,8 @@ _local = threading.local()
 
 
 def connection() -> duckdb.DuckDBPyConnection:
-    """An in-memory DuckDB connection of this thread, used only to parse SQL text."""
+    """A scratch in-memory DuckDB connection of this thread (parsing SQL text, evaluating
+    frame statistics); it holds no data between calls."""
     con = getattr(_local, "con", None)
     if con is None:
         con = _local.con = duckdb.connect()

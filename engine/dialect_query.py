@@ -67,7 +67,7 @@ def _to_original(pieces, sql_char: int) -> int:
 def _duckdb_ast(text, sql, pieces, tokens) -> dict | None:
     """DuckDB's AST of the one SELECT in `sql`; None for a statement of another type."""
     try:
-        raw = connection().execute("SELECT json_serialize_sql(?)", [sql]).fetchone()[0]
+        raw = connection().execute("SELECT json_serialize_sql(?)", [sql]).fetchall()[0][0]
         result = json.loads(raw)
     except Exception as exc:  # duckdb.Error or a malformed serialization: still user input
         raise QueryError(f"DuckDB cannot parse the query: {exc}", text, pieces[0][1]) from None

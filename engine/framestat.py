@@ -13,7 +13,7 @@ import duckdb
 import numpy as np
 import pandas as pd
 
-from .dialect_lex import byte_to_char
+from .dialect_lex import byte_to_char, connection
 from .errors import QueryError
 
 FRAME_FUNCTIONS = ("objects", "contains")
@@ -163,13 +163,13 @@ def evaluate(expr: FrameExpr | str, detections: pd.DataFrame, frames) -> np.ndar
     if isinstance(expr, str):
         expr = parse_frame_expr(expr)
     frames = np.asarray(frames, dtype=np.int64)
-    con = duckdb.connect()
+    con = connection()
+    con.register("__det", detections[DETECTION_COLUMNS] if len(detections) else
+                 pd.DataFrame({c: pd.Series(dtype="float64" if c not in ("frame", "label")
+                                            else ("int64" if c == "frame" else "str"))
+                               for c in DETECTION_COLUMNS}))
+    con.register("__frames", pd.DataFrame({"frame": frames, "__pos": np.arange(len(frames))}))
     try:
-        con.register("__det", detections[DETECTION_COLUMNS] if len(detections) else
-                     pd.DataFrame({c: pd.Series(dtype="float64" if c not in ("frame", "label")
-                                                else ("int64" if c == "frame" else "str"))
-                                   for c in DETECTION_COLUMNS}))
-        con.register("__frames", pd.DataFrame({"frame": frames, "__pos": np.arange(len(frames))}))
         table = frame_table_sql(expr.functions, "__det", "__frames")
         sql = f"SELECT CAST(({expr.sql}) AS DOUBLE) FROM ({table}) ORDER BY __pos"
         try:
@@ -179,20 +179,19 @@ def evaluate(expr: FrameExpr | str, detections: pd.DataFrame, frames) -> np.ndar
         out = np.asarray(next(iter(values.values())), dtype=np.float64)
         return np.nan_to_num(out, nan=0.0)
     finally:
-        con.close()
+        con.unregister("__det")
+        con.unregister("__frames")
 
 
 def is_predicate(expr: FrameExpr | str) -> bool:
     """Whether a frame expression is a truth value (so its values lie in [0, 1])."""
     if isinstance(expr, str):
         expr = parse_frame_expr(expr)
-    con = duckdb.connect()
+    cols = ", ".join(f"{'0' if fn.kind == 'objects' else 'false'} AS {fn.column}"
+                     for fn in expr.functions) or "0 AS __none"
     try:
-        cols = ", ".join(f"{'0' if fn.kind == 'objects' else 'false'} AS {fn.column}"
-                         for fn in expr.functions) or "0 AS __none"
-        kind = con.execute(f"DESCRIBE SELECT ({expr.sql}) AS v FROM (SELECT {cols})").fetchall()
-        return kind[0][1] == "BOOLEAN"
+        kind = connection().execute(f"DESCRIBE SELECT ({expr.sql}) AS v FROM (SELECT {cols})"
+                                    ).fetchall()
     except duckdb.Error:
         return False
-    finally:
-        con.close()
+    return kind[0][1] == "BOOLEAN"

@@ -97,6 +97,13 @@ class IndexStore:
             if row["video"].lower() != video.lower():
                 raise CatalogError(f"index {row['name']!r} is over video {row['video']!r}, "
                                    f"not {video!r}")
+            if oracle_identity is not None and row["oracle_identity"] != oracle_identity:
+                from vidql.indexes import IndexMismatchError
+                built_with = json.loads(row["options"]).get("oracle", row["oracle_identity"])
+                raise IndexMismatchError(
+                    f"index {row['name']!r} was built with oracle {built_with!r}, not the oracle "
+                    f"this query uses; run the query USING ORACLE {built_with}, or "
+                    f"CREATE INDEX over {video} with this oracle")
             return row["name"], self.get(row["name"])
         sql = "SELECT name FROM vidql.indexes WHERE lower(video) = lower(?)"
         params = [video]
@@ -105,6 +112,12 @@ class IndexStore:
             params.append(oracle_identity)
         rows = self.con.execute(sql + " ORDER BY built_at DESC", params).fetchall()
         return (rows[0][0], self.get(rows[0][0])) if rows else (None, None)
+
+    def other_oracle_indexes(self, video: str, oracle_identity: str) -> list[str]:
+        """Indexes of `video` built with another oracle (unusable for this oracle's queries)."""
+        return [r[0] for r in self.con.execute(
+            "SELECT name FROM vidql.indexes WHERE lower(video) = lower(?) AND oracle_identity <> ? "
+            "ORDER BY name", [video, oracle_identity]).fetchall()]
 
     def crack(self, name: str, cache, frames: np.ndarray) -> int:
         """Cracking: frames the oracle labelled during a query join the representatives."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import time
+import zlib
 from dataclasses import asdict, dataclass, field
 
 import duckdb
@@ -17,8 +18,8 @@ from .framestat import FrameExpr, is_predicate, parse_frame_expr
 from .labelcache import LabelCache, LabelStats
 
 OPERATORS = {
-    "aggregate": "aggregate with error bound (empirical Bernstein; control variates with an "
-                 "index, uniform sampling without)",
+    "aggregate": "aggregate with error bound (betting confidence sequence; control variates "
+                 "with an index, uniform sampling without)",
     "aggregate_budget": "aggregate under a budget (ABae stratified sampling)",
     "limit": "LIMIT ranked by proxy (oracle scan in proxy order, GAP suppression)",
     "select_recall": "SUPG selection with a recall target",
@@ -58,6 +59,8 @@ class Report:
                  f"oracle calls: {self.oracle_calls}", f"cache hits: {self.cache_hits}"]
         if self.index:
             parts.append(f"index: {self.index}")
+        if self.details.get("index_note"):
+            parts.append(self.details["index_note"])
         if self.seed is not None:
             parts.append(f"seed: {self.seed}")
         return " | ".join(parts) + (f"\nseconds: {stages}" if stages else "")
@@ -97,6 +100,12 @@ class Binding:
             raise QueryError("the query's frame restriction keeps no frames", q.text, 0)
         self.index_name, self.index = db.indexes.for_video(self.video, q.clauses.index,
                                                            self.cache.oracle.identity)
+        self.index_note = None
+        if self.index is None:
+            others = db.indexes.other_oracle_indexes(self.video, self.cache.oracle.identity)
+            if others:
+                self.index_note = (f"index {', '.join(others)} was built with another oracle, "
+                                   f"so this query runs without one; USING ORACLE picks that oracle")
         self.before = self.cache.stats.snapshot()
         self.labelled_before = self.cache.labelled_frames
 
@@ -127,8 +136,19 @@ class Binding:
                                  ).fetchnumpy()["ts"]
         return np.asarray(ts)[frames]
 
+    def sampling_seed(self, seed: int) -> int:
+        """The operators' seed: the user's SEED mixed with the index's representatives, so a
+        rerun on the same index repeats exactly, while an index cracked with a sample's frames
+        (proxies exact there) never draws that same sample again, which would void the bound."""
+        if self.index is None:
+            return seed
+        reps = np.sort(np.asarray(self.index.rep_frames, dtype=np.int64))
+        state = zlib.crc32(reps.tobytes())
+        return int(np.random.SeedSequence([seed, state]).generate_state(1)[0] % (2**31))
+
     def finish(self, report: Report, crack: bool = True) -> Report:
-        """Record labelling costs; newly labelled frames join the index (cracking)."""
+        """Record labelling costs; with `crack`, frames the oracle labelled for this query
+        join the index's representatives (cracking)."""
         report.add_stats(self.cache.stats.since(self.before))
         if crack and self.index is not None:
             new = np.setdiff1d(self.cache.labelled_frames, self.labelled_before)
@@ -160,13 +180,17 @@ def run_approximate(db, q: Query) -> Result:
     seed = _seed(q)
     report = Report(operator=q.kind, video=binding.video, oracle=binding.cache.oracle.name,
                     index=binding.index_name, seed=seed)
+    if binding.index_note:
+        report.details["index_note"] = binding.index_note
     t0 = time.perf_counter()
-    if q.kind in ("aggregate", "aggregate_budget"):
-        frame = _run_aggregate(binding, q, seed, report)
+    aggregate = q.kind in ("aggregate", "aggregate_budget")
+    if aggregate:
+        frame = _run_aggregate(binding, q, binding.sampling_seed(seed), report)
     else:
-        frame = _run_selection(binding, q, seed, report)
+        frame = _run_selection(binding, q, binding.sampling_seed(seed), report)
     report.seconds["total"] = time.perf_counter() - t0
-    binding.finish(report)
+    # aggregates leave the index as it is, so a SEEDed aggregate repeats exactly
+    binding.finish(report, crack=not aggregate)
     if "oracle_calls" in frame.columns:  # real calls; cached labels the operator used are hits
         frame["oracle_calls"] = report.oracle_calls
     if binding.cache.oracle.simulated_cost_ms is not None:
@@ -291,8 +315,9 @@ def _run_selection(b: Binding, q: Query, seed: int, report: Report) -> pd.DataFr
     c = q.clauses
     if q.kind == "limit":
         ranking = proxy if proxy is not None else np.zeros(b.n)
+        # batches never exceed the hits still needed, so at most LIMIT - 1 extra calls
         result = queries.limit_query(ranking, is_true, k=q.limit, gap=c.gap or 0, seed=seed,
-                                     max_calls=c.budget)
+                                     max_calls=c.budget, batch=b.cache.oracle.batch_size)
         report.guarantee = f"up to {q.limit} oracle-confirmed frames, ≥ {c.gap or 0} frames apart"
     elif q.kind in ("select_recall", "select_precision"):
         if proxy is None:
@@ -338,6 +363,8 @@ def explain(db, q: Query) -> Result:
     else:
         b = Binding(db, q)
         report.video, report.oracle, report.index = b.video, b.cache.oracle.name, b.index_name
+        if b.index_note:
+            report.details["index_note"] = b.index_note
         calls = _estimate_approximate(b, q, report)
         oracle = b.cache.oracle
         ms = oracle.simulated_cost_ms if oracle.simulated_cost_ms is not None else \
@@ -347,7 +374,8 @@ def explain(db, q: Query) -> Result:
     row = {"operator": report.operator, "video": report.video, "oracle": report.oracle,
            "index": report.index, "estimated_oracle_calls": report.estimated_calls,
            "estimated_seconds": report.estimated_seconds,
-           "note": report.details.get("estimate", "")}
+           "note": "; ".join(filter(None, [report.details.get("estimate"),
+                                           report.details.get("index_note")]))}
     return Result(db.con.from_df(pd.DataFrame([row])), report)
 
 

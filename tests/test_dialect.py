@@ -380,7 +380,7 @@ def _variants(rng: np.random.Generator, bases: list[str]):
 
 def _assert_valid_sql(sql: str) -> None:
     """The extracted SQL text must be something DuckDB parses."""
-    result = json.loads(duckdb.execute("SELECT json_serialize_sql(?)", [sql]).fetchone()[0])
+    result = json.loads(duckdb.execute("SELECT json_serialize_sql(?)", [sql]).fetchall()[0][0])
     assert not result["error"] or "Only SELECT" in result["error_message"], (sql, result)
 
 

@@ -9,7 +9,10 @@ import vidql
 from conftest import SHARED
 from vidql.datasets import ensure_traffic, read_labels
 from vidql.engine.errors import OracleError, QueryError
+from vidql.engine.dialect import parse
 from vidql.engine.framestat import evaluate
+from vidql.engine.planner import Binding
+from vidql.indexes import IndexMismatchError
 
 N_FRAMES, SEED = 4000, 1  # seed 1 has a bus episode inside the first 4000 frames
 
@@ -125,9 +128,14 @@ def test_other_clauses(night):
     a = db.sql("SELECT AVG(objects('car')) FROM night ERROR WITHIN 0.5 SEED 11 USING INDEX night_idx").df()
     b = db.sql("SELECT AVG(objects('car')) FROM night ERROR WITHIN 0.5 SEED 11 USING INDEX night_idx").df()
     assert a["estimate"][0] == b["estimate"][0]  # SEED makes sampling reproducible
+    assert "cracked_frames" not in db.last_report.details  # aggregates leave the index as is
     db.sql(f"CREATE ORACLE truth2 FROM LABELS '{labels}'")
     db.sql("SELECT COUNT(*) FROM night WHERE contains('bus') ORACLE BUDGET 50 USING ORACLE truth2 SEED 1")
     assert db.last_report.oracle == "truth2" and db.last_report.oracle_calls == 50
+    assert db.last_report.index is None and "night_idx" in db.last_report.summary()
+    with pytest.raises(IndexMismatchError, match="built with oracle 'truth'"):
+        db.sql("SELECT COUNT(*) FROM night WHERE contains('bus') ORACLE BUDGET 50 "
+               "USING ORACLE truth2 USING INDEX night_idx")
     with pytest.raises(QueryError, match="allowed|outside"):
         db.sql("SELECT AVG(objects('car')) FROM night ERROR WITHIN 0.1 CONFIDENCE 120%")
     with pytest.raises(QueryError, match="nothere"):
@@ -176,3 +184,22 @@ def test_python_api_mirrors_sql(night):
     assert len(grouped.df()) == 2 and "seconds" not in grouped.df().columns
     with pytest.raises(vidql.ParameterError):
         video.select(recall=0.9, precision=0.9)
+
+
+def test_cracking_grows_the_index_and_changes_the_sample(tmp_path):
+    video, labels = ensure_traffic(tmp_path, 1200, seed=SEED)
+    with vidql.connect(progress=False) as db:
+        db.sql(f"LOAD VIDEO '{video}' AS v; CREATE ORACLE t FROM LABELS '{labels}'; "
+               "SET ORACLE v = t; CREATE INDEX vi ON v USING TASTI "
+               "WITH (train = 30, reps = 60, triplets = 300)")
+        index = db.indexes.get("vi")
+        query = parse("SELECT AVG(objects('car')) FROM v ERROR WITHIN 0.5 SEED 11")
+        reps, sample_seed = len(index.rep_frames), Binding(db, query).sampling_seed(11)
+        db.sql("SELECT AVG(objects('car')) FROM v ERROR WITHIN 0.5 SEED 11")
+        assert db.last_report.oracle_calls > 0 and len(index.rep_frames) == reps
+        db.sql("SELECT frame FROM v WHERE objects('car') >= 3 LIMIT 3 GAP 20 SEED 3")
+        cracked = db.last_report.details["cracked_frames"]
+        assert cracked == db.last_report.oracle_calls > 0  # the LIMIT scan's labels joined
+        assert len(index.rep_frames) == reps + cracked
+        # a cracked index never redraws the sample its new representatives came from
+        assert Binding(db, query).sampling_seed(11) != sample_seed
