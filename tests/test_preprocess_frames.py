@@ -7,17 +7,13 @@ import numpy as np
 import pytest
 
 from vidql.engine.errors import VidqlError, VideoError
+from conftest import shared_path
 from vidql.preprocess import FrameReader, probe_video
 from vidql.preprocess.testclip import write_counter_video
 
-SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-
 
 def shared_clip(name: str) -> Path:
-    path = SHARED_DATA / name
-    if not path.exists():
-        pytest.skip(f"shared clip {path} is absent")
-    return path
+    return shared_path("data", name)
 
 
 def digest(picture: np.ndarray) -> str:
