@@ -2,7 +2,6 @@
 operator, report what it cost. Operators see only arrays and callbacks (vidql.queries)."""
 from __future__ import annotations
 
-import math
 import time
 import zlib
 from dataclasses import asdict, dataclass, field
@@ -417,21 +416,25 @@ def _estimate_approximate(b: Binding, q: Query, report: Report) -> int:
                     report.details["estimate"] = "scan depth until the proxy shows LIMIT hits"
                     return min(pos + 1, c.budget or b.n)
         return min(b.n, c.budget or b.n)
-    # aggregate: samples until the empirical Bernstein half-width
-    # sigma*sqrt(2x/t) + 3Rx/t reaches the error, with spread and range read off the proxy
+    # aggregate: a dry run of the operator's stopping rule (betting bound, uniform sampling)
+    # with the proxy standing in for the truth; no oracle call
+    from vidql import queries
+
     agg = q.aggregate
     target = agg.expr if agg is not None and agg.expr is not None and agg.func != "count" else pred
     proxy = b.proxy(target)
     if proxy is None:
+        stand_in, value_range = (np.arange(b.n) % 2).astype(np.float64), (0.0, 1.0)
         report.details["estimate"] = "no index: assumes values in [0, 1] with the widest spread"
-        sigma, mean, width = 0.5, 0.5, 1.0
     else:
-        sigma, mean = float(np.std(proxy)), float(np.mean(proxy))
-        width = float(np.ptp(proxy)) or 1.0
-        report.details["estimate"] = ("empirical Bernstein bound with the proxy's spread and range "
+        value_range = (0.0, 1.0) if target is None or is_predicate(target) else None
+        stand_in = proxy if value_range is None else np.clip(proxy, *value_range)
+        report.details["estimate"] = ("the stopping rule run on the proxy in place of the truth "
                                       "(uniform sampling; control variates usually need fewer)")
-    eps = max(c.error * (abs(mean) if c.error_relative else 1.0), 1e-12)
-    x = math.log(3 / ((1 - _confidence(q)) * 0.1 / 1.1))  # first epoch's share of delta
-    a, bb = 3 * width * x, sigma * math.sqrt(2 * x)
-    u = (-bb + math.sqrt(bb * bb + 4 * a * eps)) / (2 * a)
-    return int(min(b.n, math.ceil(1 / (u * u))))
+    if c.error_relative and not stand_in.any():
+        return b.n  # a relative error of a zero answer: every frame
+    result = queries.aggregate_error_bound(
+        b.n, lambda positions: stand_in[positions], error=c.error, relative=c.error_relative,
+        confidence=_confidence(q), seed=0, max_samples=c.budget, bound="betting",
+        value_range=value_range)
+    return int(result.oracle_calls)

@@ -195,8 +195,12 @@ def test_cracking_grows_the_index_and_changes_the_sample(tmp_path):
         index = db.indexes.get("vi")
         query = parse("SELECT AVG(objects('car')) FROM v ERROR WITHIN 0.5 SEED 11")
         reps, sample_seed = len(index.rep_frames), Binding(db, query).sampling_seed(11)
-        db.sql("SELECT AVG(objects('car')) FROM v ERROR WITHIN 0.5 SEED 11")
+        plan = db.sql("EXPLAIN SELECT AVG(objects('car')) FROM v ERROR WITHIN 0.5 SEED 11").df()
+        assert db.last_report.oracle_calls == 0  # EXPLAIN labels nothing
+        used = db.sql("SELECT AVG(objects('car')) FROM v ERROR WITHIN 0.5 SEED 11").df()["frames"][0]
         assert db.last_report.oracle_calls > 0 and len(index.rep_frames) == reps
+        # the estimate assumes uniform sampling: control variates need no more
+        assert used <= plan["estimated_oracle_calls"][0] <= 1200
         db.sql("SELECT frame FROM v WHERE objects('car') >= 3 LIMIT 3 GAP 20 SEED 3")
         cracked = db.last_report.details["cracked_frames"]
         assert cracked == db.last_report.oracle_calls > 0  # the LIMIT scan's labels joined
