@@ -202,7 +202,11 @@ class Pipeline:
         self.chunks = plan_chunks(self.sources, self.frames, int(chunk_frames))
         self._piece = max(1, min(self.batch_size, 16))
         self._chunk_queue_len = max(2, memory_budget // (2 * self.workers * frame_bytes * self._piece))
-        self.decoder_threads = 1 if len(self.chunks) >= self.workers else 0
+        # one FFmpeg thread per decoder when the chunks spread evenly over the workers; else
+        # (few or uneven GOPs) let FFmpeg thread each decoder itself
+        sizes = [len(chunk.targets) for chunk in self.chunks] or [0]
+        even = len(self.chunks) >= self.workers and max(sizes) * self.workers <= 1.5 * sum(sizes)
+        self.decoder_threads = 1 if even else 0
         self.workers = min(self.workers, max(1, len(self.chunks)))
         self._decoded = [0] * self.workers  # frames decoded and converted, per decoder
         self._threads: list[threading.Thread] = []
