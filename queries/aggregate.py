@@ -7,9 +7,11 @@ n * mean), by uniform sampling or with a proxy as control variate.
 
 Two interval constructions, both valid wherever sampling stops:
 - 'bernstein' (default): empirical Bernstein-Serfling intervals checked at geometric
-  epochs ceil(beta**k), level delta_j = delta (p-1)/(p j^p) at the j-th check (EBStop).
+  epochs ceil(beta**k) (beta 1.5), level delta_j = delta (p-1)/(p j^p) at the j-th check
+  (EBStop).
 - 'betting': a without-replacement betting confidence sequence (see `betting.py`), which
-  needs no union over checks and pays far less for a wide value range.
+  needs no union over checks and pays far less for a wide value range; since checks cost
+  no confidence, it checks every 10% more samples (beta 1.1), so it overshoots less.
 """
 from __future__ import annotations
 
@@ -98,6 +100,16 @@ def _bets(d: np.ndarray, width: float, error: float, relative: bool,
     return target / var
 
 
+def _growth(bound: str, beta: float | None) -> float:
+    """How much the sample grows between checks: every check spends confidence with the
+    Bernstein bound, none with betting."""
+    if beta is None:
+        return 1.5 if bound == "bernstein" else 1.1
+    if beta <= 1.0:
+        raise ParameterError(f"beta must be above 1, got {beta}")
+    return beta
+
+
 def _tolerance(error: float, relative: bool, estimate: float) -> float:
     """How precisely interval edges are located: far below the error asked for."""
     return 1e-4 * error * (max(abs(estimate), 1e-9) if relative else 1.0)
@@ -108,7 +120,7 @@ def aggregate_error_bound(n: int, true_values: Callable[[np.ndarray], np.ndarray
                           confidence: float = 0.95, seed=0, batch: int = 1024,
                           value_range: tuple[float, float] | None = None,
                           max_samples: int | None = None, bound: str = "bernstein",
-                          beta: float = 1.5, p: float = 1.1) -> AggregateResult:
+                          beta: float | None = None, p: float = 1.1) -> AggregateResult:
     """Estimate the mean of `true_values` over frames 0..n-1 within `error`.
 
     `error` is absolute on the mean, or with `relative=True` a fraction of the answer.
@@ -135,7 +147,7 @@ def aggregate_error_bound(n: int, true_values: Callable[[np.ndarray], np.ndarray
     error_kind = "relative" if relative else "absolute"
     details: dict = {"bound": bound, "range_source": "value_range" if value_range else "sample",
                      "checks": 0, "met": False}
-    for j, t in enumerate(epoch_checkpoints(limit, beta), start=1):
+    for j, t in enumerate(epoch_checkpoints(limit, _growth(bound, beta)), start=1):
         for chunk, out in sampler.advance(t):
             y = as_values(out, chunk.size)
             _check_inside(y, value_range)
@@ -222,7 +234,7 @@ def aggregate_ratio_error_bound(n: int, true_values: Callable, *, error: float,
                                 batch: int = 1024,
                                 value_range: tuple[float, float] | None = None,
                                 max_samples: int | None = None, bound: str = "bernstein",
-                                beta: float = 1.5, p: float = 1.1) -> AggregateResult:
+                                beta: float | None = None, p: float = 1.1) -> AggregateResult:
     """AVG(stat) over the frames where pred holds, within `error` (absolute or relative).
 
     `true_values(frames) -> (stat float64, pred bool)`. The interval is the set of ratios m
@@ -243,7 +255,7 @@ def aggregate_ratio_error_bound(n: int, true_values: Callable, *, error: float,
     details: dict = {"bound": bound, "range_source": "value_range" if value_range else "sample",
                      "checks": 0, "met": False}
     estimate, low, high = math.nan, math.nan, math.nan
-    for j, t in enumerate(epoch_checkpoints(limit, beta), start=1):
+    for j, t in enumerate(epoch_checkpoints(limit, _growth(bound, beta)), start=1):
         for chunk, out in sampler.advance(t):
             stat, pred = split_pair(out, chunk.size)
             _check_inside(stat[pred], value_range)
