@@ -170,12 +170,15 @@ class LabelCache:
         finally:
             self.con.unregister("__vidql_want")
 
-    def true_values(self, expr: FrameExpr | str) -> Callable[[np.ndarray], np.ndarray]:
-        """A callback for operators: frame numbers -> true values of a frame statistic."""
-        expr = parse_frame_expr(expr) if isinstance(expr, str) else expr
+    def true_values(self, *exprs: FrameExpr | str) -> Callable:
+        """A callback for operators: frame numbers -> true values of each frame statistic
+        (the array for one statistic, a tuple for several), from one cache lookup."""
+        parsed = [parse_frame_expr(e) if isinstance(e, str) else e for e in exprs]
 
-        def values(frames: np.ndarray) -> np.ndarray:
+        def values(frames: np.ndarray):
             frames = np.asarray(frames, dtype=np.int64)
-            return evaluate(expr, self.detections(frames), frames)
+            detections = self.detections(frames)
+            out = tuple(evaluate(e, detections, frames) for e in parsed)
+            return out[0] if len(out) == 1 else out
 
         return values

@@ -58,8 +58,7 @@ class Report:
                  f"oracle calls: {self.oracle_calls}", f"cache hits: {self.cache_hits}"]
         if self.index:
             parts.append(f"index: {self.index}")
-        if self.details.get("index_note"):
-            parts.append(self.details["index_note"])
+        parts += [self.details[k] for k in ("index_note", "note") if self.details.get(k)]
         if self.seed is not None:
             parts.append(f"seed: {self.seed}")
         return " | ".join(parts) + (f"\nseconds: {stages}" if stages else "")
@@ -125,9 +124,10 @@ class Binding:
             return None
         return np.asarray(self.index.proxy(expr), dtype=np.float64)[self.population]
 
-    def truth(self, expr: FrameExpr | str):
-        """Callback: positions in the population -> true values (through the label cache)."""
-        values = self.cache.true_values(expr)
+    def truth(self, *exprs: FrameExpr | str):
+        """Callback: positions in the population -> true values of each statistic (through
+        the label cache, one lookup for all)."""
+        values = self.cache.true_values(*exprs)
         return lambda positions: values(self.population[np.asarray(positions, dtype=np.int64)])
 
     def timestamps(self, frames: np.ndarray) -> np.ndarray:
@@ -262,16 +262,19 @@ def _value_range(expr: FrameExpr | None, report: Report) -> tuple[float, float] 
     return None
 
 
-def _pair(b: Binding, stat: FrameExpr | None, pred: FrameExpr | None):
-    """Callback positions -> (statistic values, predicate booleans)."""
-    stat_values = b.truth(stat) if stat is not None else None
-    pred_values = b.truth(pred) if pred is not None else None
+def _pair(b: Binding, stat: FrameExpr | None, pred: FrameExpr | None, *extra: FrameExpr):
+    """Callback positions -> (statistic values, predicate booleans, *values of `extra`),
+    all from one label-cache lookup."""
+    exprs = [e for e in (stat, pred) if e is not None] + list(extra)
+    truth = b.truth(*exprs) if exprs else None
 
     def values(positions):
         positions = np.asarray(positions, dtype=np.int64)
-        s = stat_values(positions) if stat_values else np.ones(len(positions))
-        p = pred_values(positions) > 0 if pred_values else np.ones(len(positions), dtype=bool)
-        return s, p
+        got = truth(positions) if truth else ()
+        got = list(got) if len(exprs) > 1 else [got]
+        s = got.pop(0) if stat is not None else np.ones(len(positions))
+        p = got.pop(0) > 0 if pred is not None else np.ones(len(positions), dtype=bool)
+        return (s, p, *got)
 
     return values
 
@@ -288,9 +291,8 @@ def _run_budget(b: Binding, q: Query, seed: int, report: Report, stat, pred, con
     report.guarantee = f"{agg.func.upper()} with ≤ {budget} oracle calls, {conf:.0%} bootstrap interval"
     if q.group_by:
         group = q.group_expr or parse_frame_expr(q.group_by)
-        pair, group_values = _pair(b, stat, pred), b.truth(group)
         results = queries.aggregate_budget_grouped(
-            proxy, lambda pos: (*pair(pos), group_values(pos)), budget=budget, agg=agg.func,
+            proxy, _pair(b, stat, pred, group), budget=budget, agg=agg.func,
             confidence=conf, seed=seed)
         report.operator = "aggregate under budget, grouped (ABae)"
         frames = [_aggregate_frame(r, 1.0, conf, g) for g, r in sorted(results.items())]

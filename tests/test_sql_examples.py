@@ -201,6 +201,9 @@ def test_cracking_grows_the_index_and_changes_the_sample(tmp_path):
         assert db.last_report.oracle_calls > 0 and len(index.rep_frames) == reps
         # the estimate assumes uniform sampling: control variates need no more
         assert used <= plan["estimated_oracle_calls"][0] <= 1200
+        # a statistic and a predicate of one frame are one label, counted once
+        db.sql("SELECT AVG(objects('car')) FROM v WHERE objects('truck') >= 1 ORACLE BUDGET 300")
+        assert db.last_report.oracle_calls + db.last_report.cache_hits <= 300
         db.sql("SELECT frame FROM v WHERE objects('car') >= 3 LIMIT 3 GAP 20 SEED 3")
         cracked = db.last_report.details["cracked_frames"]
         assert cracked == db.last_report.oracle_calls > 0  # the LIMIT scan's labels joined
