@@ -16,7 +16,7 @@ from typing import Callable
 
 import numpy as np
 
-MAX_BET = 0.75  # fraction of the largest bet that keeps every factor positive
+MAX_BET = 0.9  # fraction of the largest bet that keeps every factor positive
 
 
 def _exclusive_cumsum(x: np.ndarray) -> np.ndarray:
