@@ -170,15 +170,14 @@ class LabelCache:
         finally:
             self.con.unregister("__vidql_want")
 
-    def true_values(self, *exprs: FrameExpr | str) -> Callable:
-        """A callback for operators: frame numbers -> true values of each frame statistic
-        (the array for one statistic, a tuple for several), from one cache lookup."""
+    def true_values(self, *exprs: FrameExpr | str) -> Callable[[np.ndarray], tuple]:
+        """A callback for operators: frame numbers -> a tuple with the true values of each
+        frame statistic, all from one cache lookup."""
         parsed = [parse_frame_expr(e) if isinstance(e, str) else e for e in exprs]
 
-        def values(frames: np.ndarray):
+        def values(frames: np.ndarray) -> tuple:
             frames = np.asarray(frames, dtype=np.int64)
             detections = self.detections(frames)
-            out = tuple(evaluate(e, detections, frames) for e in parsed)
-            return out[0] if len(out) == 1 else out
+            return tuple(evaluate(e, detections, frames) for e in parsed)
 
         return values

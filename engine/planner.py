@@ -124,16 +124,29 @@ class Binding:
             return None
         return np.asarray(self.index.proxy(expr), dtype=np.float64)[self.population]
 
-    def truth(self, *exprs: FrameExpr | str):
-        """Callback: positions in the population -> true values of each statistic (through
-        the label cache, one lookup for all)."""
+    def truths(self, *exprs: FrameExpr | str):
+        """Callback: positions in the population -> tuple of true values, one array per
+        statistic (through the label cache, one lookup for all)."""
         values = self.cache.true_values(*exprs)
         return lambda positions: values(self.population[np.asarray(positions, dtype=np.int64)])
+
+    def truth(self, expr: FrameExpr | str):
+        """Callback: positions in the population -> true values of one statistic."""
+        values = self.truths(expr)
+        return lambda positions: values(positions)[0]
 
     def timestamps(self, frames: np.ndarray) -> np.ndarray:
         ts = self.db.con.execute(f"SELECT ts FROM main.{_quote(self.video)} ORDER BY frame"
                                  ).fetchnumpy()["ts"]
         return np.asarray(ts)[frames]
+
+    def report(self, operator: str, seed: int | None = None) -> Report:
+        """A report naming this query's video, oracle and index (or why it has none)."""
+        report = Report(operator=operator, video=self.video, oracle=self.cache.oracle.name,
+                        index=self.index_name, seed=seed)
+        if self.index_note:
+            report.details["index_note"] = self.index_note
+        return report
 
     def sampling_seed(self, seed: int) -> int:
         """The operators' seed: the user's SEED mixed with the index's representatives, so a
@@ -177,16 +190,11 @@ def run_approximate(db, q: Query) -> Result:
     """Bind and run an approximate query; the relation has the columns of docs/sql.md."""
     binding = Binding(db, q)
     seed = _seed(q)
-    report = Report(operator=q.kind, video=binding.video, oracle=binding.cache.oracle.name,
-                    index=binding.index_name, seed=seed)
-    if binding.index_note:
-        report.details["index_note"] = binding.index_note
+    report = binding.report(q.kind, seed)
     t0 = time.perf_counter()
     aggregate = q.kind in ("aggregate", "aggregate_budget")
-    if aggregate:
-        frame = _run_aggregate(binding, q, binding.sampling_seed(seed), report)
-    else:
-        frame = _run_selection(binding, q, binding.sampling_seed(seed), report)
+    run = _run_aggregate if aggregate else _run_selection
+    frame = run(binding, q, binding.sampling_seed(seed), report)
     report.seconds["total"] = time.perf_counter() - t0
     # aggregates leave the index as it is, so a SEEDed aggregate repeats exactly
     binding.finish(report, crack=not aggregate)
@@ -266,12 +274,11 @@ def _pair(b: Binding, stat: FrameExpr | None, pred: FrameExpr | None, *extra: Fr
     """Callback positions -> (statistic values, predicate booleans, *values of `extra`),
     all from one label-cache lookup."""
     exprs = [e for e in (stat, pred) if e is not None] + list(extra)
-    truth = b.truth(*exprs) if exprs else None
+    truths = b.truths(*exprs) if exprs else None  # no statistic: no label needed
 
     def values(positions):
         positions = np.asarray(positions, dtype=np.int64)
-        got = truth(positions) if truth else ()
-        got = list(got) if len(exprs) > 1 else [got]
+        got = list(truths(positions)) if truths else []
         s = got.pop(0) if stat is not None else np.ones(len(positions))
         p = got.pop(0) > 0 if pred is not None else np.ones(len(positions), dtype=bool)
         return (s, p, *got)
@@ -358,14 +365,12 @@ def _run_selection(b: Binding, q: Query, seed: int, report: Report) -> pd.DataFr
 
 def explain(db, q: Query) -> Result:
     """The plan and its estimated oracle calls and seconds, without calling the oracle."""
-    report = Report(operator="exact" if q.kind == "exact" else OPERATORS[q.kind])
     if q.kind == "exact":
+        report = Report(operator="exact")
         calls = _estimate_exact(db, q, report)
     else:
         b = Binding(db, q)
-        report.video, report.oracle, report.index = b.video, b.cache.oracle.name, b.index_name
-        if b.index_note:
-            report.details["index_note"] = b.index_note
+        report = b.report(OPERATORS[q.kind])
         calls = _estimate_approximate(b, q, report)
         oracle = b.cache.oracle
         ms = oracle.simulated_cost_ms if oracle.simulated_cost_ms is not None else \
@@ -429,7 +434,7 @@ def _estimate_approximate(b: Binding, q: Query, report: Report) -> int:
         stand_in, value_range = (np.arange(b.n) % 2).astype(np.float64), (0.0, 1.0)
         report.details["estimate"] = "no index: assumes values in [0, 1] with the widest spread"
     else:
-        value_range = (0.0, 1.0) if target is None or is_predicate(target) else None
+        value_range = _value_range(target, report)
         stand_in = proxy if value_range is None else np.clip(proxy, *value_range)
         report.details["estimate"] = ("the stopping rule run on the proxy in place of the truth "
                                       "(uniform sampling; control variates usually need fewer)")

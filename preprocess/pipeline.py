@@ -204,7 +204,7 @@ class Pipeline:
         self._chunk_queue_len = max(2, memory_budget // (2 * self.workers * frame_bytes * self._piece))
         # one FFmpeg thread per decoder when the chunks spread evenly over the workers; else
         # (few or uneven GOPs) let FFmpeg thread each decoder itself
-        sizes = [len(chunk.targets) for chunk in self.chunks] or [0]
+        sizes = [len(chunk.targets) for chunk in self.chunks]
         even = len(self.chunks) >= self.workers and max(sizes) * self.workers <= 1.5 * sum(sizes)
         self.decoder_threads = 1 if even else 0
         self.workers = min(self.workers, max(1, len(self.chunks)))

@@ -37,7 +37,7 @@ def test_never_twice_and_zero_detections(counter_clip, oracle_module, tmp_path):
         zero = db.con.execute("SELECT count(*) FROM vidql.labelled WHERE detections = 0").fetchall()[0][0]
         rows = db.con.execute("SELECT count(DISTINCT frame) FROM vidql.labels").fetchall()[0][0]
         assert zero + rows == 60
-        values = cache.true_values("objects('car')")(np.array([5, 3, 5]))
+        (values,) = cache.true_values("objects('car')")(np.array([5, 3, 5]))
         assert values[0] == values[2] and sum(oracle_module.CALLS) == 60
 
 
