@@ -1,6 +1,8 @@
 """Synthetic video with ground truth, label importers and named benchmark datasets."""
 from .labelfile import LABEL_COLUMNS, read_labels, write_labels
-from .synthetic import GENERATOR_VERSION, LABELS, TrafficScene, generate_traffic
+from .synthetic import TrafficScene
+from .traffic_model import GENERATOR_VERSION, LABELS
+from .traffic_writer import generate_traffic
 from .traffic_cache import ensure_traffic, traffic_cache_stem
 
 __all__ = ["GENERATOR_VERSION", "LABELS", "LABEL_COLUMNS", "TrafficScene", "ensure_traffic",

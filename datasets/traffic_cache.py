@@ -5,7 +5,9 @@ import os
 from pathlib import Path
 
 from .labelfile import write_labels
-from .synthetic import GENERATOR_VERSION, TrafficScene, generate_traffic
+from .synthetic import TrafficScene
+from .traffic_model import GENERATOR_VERSION
+from .traffic_writer import generate_traffic
 
 
 def traffic_cache_stem(n_frames: int, *, seed: int = 0, width: int = 320, height: int = 180) -> str:

@@ -12,9 +12,8 @@ from typing import Iterator
 import cv2
 import numpy as np
 
-from .synthetic import (BUS, CAR, FIRST_LANE_ROW, JITTER, LANES, PERSON, ROW_GROUND, TRUCK,
-                        Placements, TrafficScene, _rng, _timeline, decode_sprite_code,
-                        pixel_size)
+from .traffic_model import (BUS, CAR, FIRST_LANE_ROW, JITTER, LANES, PERSON, ROW_GROUND, TRUCK,
+                            Placements, decode_sprite_code, pixel_size, stream_rng, timeline)
 
 LEVELS = 96  # quantised scene gains (steps of about 2 grey levels)
 GAIN_RANGE = (0.22, 1.1)
@@ -200,12 +199,12 @@ def _glow(w: int, h: int, direction: int, dark: float) -> tuple[np.ndarray, int]
 class TrafficRenderer:
     """Renders frames of one scene; keeps per-light-level caches of backgrounds and sprites."""
 
-    def __init__(self, scene: TrafficScene):
+    def __init__(self, scene):
         self.scene = scene
         self.W, self.H = scene.width, scene.height
         self.margin = int(np.ceil(2.5 * JITTER * max(self.W, self.H))) + 2
         self.base, self.lights = _street(scene.seed, self.W, self.H, self.margin)
-        z = _rng(scene.seed, 21).standard_normal(
+        z = stream_rng(scene.seed, 21).standard_normal(
             (self.H + 2 * NOISE_PAD, self.W + 2 * NOISE_PAD, 3)).astype(np.float32)
         self.noise = [(np.clip(np.rint(s * z), 0, 255).astype(np.uint8),
                        np.clip(np.rint(-s * z), 0, 255).astype(np.uint8)) for s in NOISE_SIGMAS]
@@ -253,11 +252,11 @@ class TrafficRenderer:
     def render(self, pl: Placements, f0: int, f1: int) -> Iterator[np.ndarray]:
         """Frames [f0, f1) given their placements; yields one reused RGB buffer."""
         W, H, m = self.W, self.H, self.margin
-        tl = _timeline(self.scene.seed, np.arange(f0, f1, dtype=np.float64))
+        tl = timeline(self.scene.seed, np.arange(f0, f1, dtype=np.float64))
         levels = np.clip(np.rint((tl.gain - GAIN_RANGE[0]) / (GAIN_RANGE[1] - GAIN_RANGE[0])
                                  * (LEVELS - 1)), 0, LEVELS - 1).astype(np.int64).tolist()
         jx, jy = self.scene.jitter_pixels(f0, f1)
-        rng = _rng(self.scene.seed, 22, f0)
+        rng = stream_rng(self.scene.seed, 22, f0)
         offsets = rng.integers(0, 2 * NOISE_PAD + 1, size=(f1 - f0, 4)).tolist()
         bounds = np.searchsorted(pl.frame, np.arange(f0, f1 + 1)).tolist()
         codes = self._codes[pl.obj].tolist()
@@ -310,7 +309,7 @@ def _add(frame, img, x, y) -> None:
 
 def _street(seed: int, W: int, H: int, m: int) -> tuple[np.ndarray, np.ndarray]:
     """Static street (day colours) and its night lights, on a canvas with margin m."""
-    rng = _rng(seed, 20)
+    rng = stream_rng(seed, 20)
     Hc, Wc = H + 2 * m, W + 2 * m
     img = np.zeros((Hc, Wc, 3), np.float32)
     lights = np.zeros((Hc, Wc, 3), np.float32)

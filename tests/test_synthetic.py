@@ -13,7 +13,7 @@ import pytest
 
 from vidql.datasets import (LABEL_COLUMNS, TrafficScene, ensure_traffic, generate_traffic,
                             read_labels, write_labels)
-from vidql.datasets.synthetic import MIN_VISIBLE_FRACTION, PERSON
+from vidql.datasets.traffic_model import MIN_VISIBLE_FRACTION, PERSON
 from vidql.datasets.traffic_render import TrafficRenderer
 from vidql.engine.errors import ParameterError, VidqlError
 
