@@ -1,0 +1,45 @@
+"""Trustworthy catalog on the real ua_detrac clip: case-sensitive class names, the oracle a
+query names, oracle and video identity, and clear errors for a damaged catalog."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import vidql
+from vidql.engine.framestat import evaluate, parse_frame_expr
+
+from conftest import shared_path
+
+
+@pytest.fixture()
+def detrac(tmp_path):
+    """ua_detrac with its detector labels as the default oracle `gt`."""
+    clip, labels = shared_path("data", "ua_detrac.mp4"), shared_path("data", "ua_detrac.labels.csv")
+    with vidql.connect(tmp_path / "v.db", progress=False) as db:
+        db.sql(f"LOAD VIDEO '{clip}' AS v; CREATE ORACLE gt FROM LABELS '{labels}'; "
+               "SET ORACLE v = gt")
+        yield db, pd.read_csv(labels)
+
+
+def test_class_names_differing_in_case_are_distinct(detrac):
+    db, truth = detrac
+    cars = int((truth["label"] == "car").sum())
+    got = db.sql("SELECT sum(objects('Car')), sum(objects('car')), sum(objects('CAR', 0.5)) "
+                 "FROM v").fetchall()[0]
+    assert [int(x) for x in got] == [0, cars, 0]
+    frames_with_car = truth.loc[truth["label"] == "car", "frame"].nunique()
+    n = db.sql("SELECT count(*) FROM v WHERE contains('car') AND NOT contains('Car')").fetchall()
+    assert n[0][0] == frames_with_car
+    est = db.sql("SELECT AVG(objects('car') - objects('Car')) FROM v ERROR WITHIN 1 SEED 3"
+                 ).df().iloc[0, 0]
+    assert abs(est - cars / 252) < 3  # the old code read objects('car') twice: 0
+
+
+def test_min_scores_rounding_alike_are_distinct():
+    det = pd.DataFrame({"frame": [0, 0], "label": ["car", "Car"], "score": [0.3, 0.30000001],
+                        "x1": 0.0, "y1": 0.0, "x2": 1.0, "y2": 1.0})
+    expr = parse_frame_expr("objects('car', 0.3) * 10 + objects('car', 0.30000001) "
+                            "+ 100 * objects('Car')")
+    assert len({fn.column.lower() for fn in expr.functions}) == 3
+    assert evaluate(expr, det, [0]).tolist() == [110.0]  # proxies and true values alike
