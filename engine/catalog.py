@@ -73,6 +73,7 @@ class Catalog:
         self._caches: dict[tuple[str, str], LabelCache] = {}
         self._infos: dict[str, object] = {}
         con.execute(CATALOG_SQL)
+        self._upgrade_objects_views()
 
     # ---- transactions -------------------------------------------------------------
     def _atomic(self, statements: list[tuple[str, list]]) -> None:
@@ -137,7 +138,7 @@ class Catalog:
                 (f"CREATE TABLE main.{q} AS SELECT CAST(frame AS BIGINT) AS frame, "
                  f"CAST(ts AS DOUBLE) AS ts FROM __vidql_ts ORDER BY frame", []),
                 (f"CREATE SCHEMA {q}", []),
-                (self._objects_view_sql(name, None), []),
+                (self._objects_view_sql(name), []),
             ])
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
@@ -157,10 +158,30 @@ class Catalog:
             return (pts - pts[0]) * float(info.time_base)
         return np.arange(n) / (info.fps or 1.0)
 
-    def _objects_view_sql(self, video: str, identity: str | None) -> str:
-        cond = "false" if identity is None else "oracle = '" + identity.replace("'", "''") + "'"
+    @staticmethod
+    def oracle_variable(video: str) -> str:
+        """DuckDB variable naming the oracle identity `video.objects` shows (set per query)."""
+        return f"vidql_oracle_{video}"
+
+    def _objects_view_sql(self, video: str) -> str:
+        """`video.objects`: the labels of the oracle a query uses (the variable run_exact
+        sets), else of the video's default oracle (for readers outside vidql)."""
+        lit = "'" + video.replace("'", "''") + "'"
+        default = (f"(SELECT o.identity FROM vidql.videos v JOIN vidql.oracles o "
+                   f"ON o.name = v.oracle WHERE v.name = {lit})")
         return (f"CREATE OR REPLACE VIEW {_quote(video)}.objects AS SELECT frame, label, score, "
-                f"x1, y1, x2, y2 FROM vidql.labels WHERE video = '{video}' AND {cond}")
+                f"x1, y1, x2, y2 FROM vidql.labels WHERE video = {lit} AND oracle = "
+                f"coalesce(getvariable('{self.oracle_variable(video)}'), {default})")
+
+    def _upgrade_objects_views(self) -> None:
+        """Catalogs made before views followed USING ORACLE get the current view."""
+        old = self.con.execute("SELECT schema_name FROM duckdb_views() WHERE view_name = "
+                               "'objects' AND database_name = current_database() AND "
+                               "sql NOT LIKE '%getvariable%'").fetchall()
+        videos = set(self.video_names())
+        for (schema,) in old:
+            if schema in videos:
+                self.con.execute(self._objects_view_sql(schema))
 
     def video_info(self, name: str):
         """The probe result of a loaded video; raises if its file has changed since loading."""
@@ -230,8 +251,7 @@ class Catalog:
     def set_oracle(self, video: str, oracle: str) -> None:
         video = self.video_row(video)["name"]
         o = self.oracle(oracle)
-        self._atomic([("UPDATE vidql.videos SET oracle = ? WHERE name = ?", [o.name, video]),
-                       (self._objects_view_sql(video, o.identity), [])])
+        self._atomic([("UPDATE vidql.videos SET oracle = ? WHERE name = ?", [o.name, video])])
 
     def default_oracle(self, video: str) -> Oracle:
         row = self.video_row(video)

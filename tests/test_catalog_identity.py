@@ -43,3 +43,28 @@ def test_min_scores_rounding_alike_are_distinct():
                             "+ 100 * objects('Car')")
     assert len({fn.column.lower() for fn in expr.functions}) == 3
     assert evaluate(expr, det, [0]).tolist() == [110.0]  # proxies and true values alike
+
+
+def test_objects_view_reads_the_oracle_the_query_names(detrac, tmp_path):
+    db, truth = detrac
+    buses = truth[truth["label"] == "bus"]
+    buses.to_csv(tmp_path / "buses.csv", index=False)
+    db.sql(f"CREATE ORACLE alt FROM LABELS '{tmp_path / 'buses.csv'}'")
+    q = "SELECT label, count(*) AS n FROM v.objects WHERE frame < 10 GROUP BY label ORDER BY label"
+    got = db.sql(q + " USING ORACLE alt").df()
+    assert got["label"].tolist() == ["bus"]
+    assert got["n"].tolist() == [int((buses["frame"] < 10).sum())]
+    default = db.sql(q).df().set_index("label")["n"]
+    assert default.to_dict() == truth[truth["frame"] < 10].groupby("label").size().to_dict()
+
+
+def test_objects_view_of_an_older_catalog_is_upgraded(detrac):
+    db, truth = detrac
+    db.sql("SELECT count(*) FROM v WHERE objects('car') > 0")
+    db.con.execute("CREATE OR REPLACE VIEW v.objects AS SELECT frame, label, score, x1, y1, x2, "
+                   "y2 FROM vidql.labels WHERE false")  # what a view looked like before
+    path = db.path
+    db.close()
+    with vidql.connect(path, progress=False) as again:
+        n = again.sql("SELECT count(*) FROM v.objects").fetchall()[0][0]
+        assert n == len(truth)
