@@ -18,10 +18,10 @@ import duckdb
 import numpy as np
 import pandas as pd
 
-from .errors import CatalogError, VideoError
+from .errors import CatalogError, OracleError, VideoError
 from .labelcache import SCHEMA_SQL, LabelCache
 from .oracle import Oracle
-from .oracles import ORACLE_KINDS, make_oracle
+from .oracles import absolute_source, changed_sources, make_oracle
 
 CATALOG_SQL = SCHEMA_SQL + """
 CREATE TABLE IF NOT EXISTS vidql.videos (
@@ -69,7 +69,7 @@ class Catalog:
         self.artifacts = Path(artifacts)
         self.artifacts.mkdir(parents=True, exist_ok=True)
         self.progress = progress
-        self._oracles: dict[str, Oracle] = {}
+        self._oracles: dict[str, tuple[Oracle, tuple]] = {}  # name -> (oracle, source stats)
         self._caches: dict[tuple[str, str], LabelCache] = {}
         self._infos: dict[str, object] = {}
         con.execute(CATALOG_SQL)
@@ -223,30 +223,100 @@ class Catalog:
     def oracle_names(self) -> list[str]:
         return [r[0] for r in self.con.execute("SELECT name FROM vidql.oracles ORDER BY name").fetchall()]
 
-    def add_oracle(self, name: str, kind: str, source: str, options: dict | None = None) -> Oracle:
+    def add_oracle(self, name: str, kind: str, source: str, options: dict | None = None, *,
+                   replace: bool = False) -> Oracle:
+        """CREATE [OR REPLACE] ORACLE: the identity (source digests, options) is fixed here.
+        Replacing keeps the labels cached under the old identity (going back is free)."""
         check_name("oracle", name)
-        if name.lower() in (n.lower() for n in self.oracle_names()):
-            raise CatalogError(f"an oracle named {name!r} already exists")
-        oracle = make_oracle(name, kind, source, options)
-        self._atomic([("INSERT INTO vidql.oracles VALUES (?, ?, ?, ?, ?)",
-                       [name, kind.upper(), source, json.dumps(options or {}), oracle.identity])])
-        self._oracles[name] = oracle
+        existing = {n.lower(): n for n in self.oracle_names()}.get(name.lower())
+        if existing and not replace:
+            raise CatalogError(f"an oracle named {name!r} already exists; CREATE OR REPLACE "
+                               f"ORACLE {name} FROM ... adopts a new version, DROP ORACLE "
+                               f"{name} removes it")
+        source, options = absolute_source(kind, source, options or {})
+        oracle = make_oracle(existing or name, kind, source, options)
+        row = [kind.upper(), source, json.dumps(options), oracle.identity]
+        if existing:
+            self._atomic([("UPDATE vidql.oracles SET kind = ?, source = ?, options = ?, "
+                           "identity = ? WHERE name = ?", [*row, existing])])
+        else:
+            self._atomic([("INSERT INTO vidql.oracles VALUES (?, ?, ?, ?, ?)", [name, *row])])
+        self._oracles[oracle.name] = (oracle, self._source_stats(oracle))
         return oracle
 
-    def oracle(self, name: str) -> Oracle:
-        rows = self.con.execute("SELECT name, kind, source, options FROM vidql.oracles "
+    def drop_oracle(self, name: str) -> int:
+        """DROP ORACLE; refused while a video uses it as its default oracle. Its cached labels
+        stay under its identity (an oracle created again from the same source reuses them);
+        returns how many labelled frames that is."""
+        row = self._oracle_row(name)
+        users = [r[0] for r in self.con.execute(
+            "SELECT name FROM vidql.videos WHERE oracle = ? ORDER BY name", [row[0]]).fetchall()]
+        if users:
+            raise CatalogError(f"oracle {row[0]!r} is the default oracle of video(s) "
+                               f"{', '.join(users)}: SET ORACLE {users[0]} = <another oracle> "
+                               f"(or DROP VIDEO {users[0]}) first")
+        self._atomic([("DELETE FROM vidql.oracles WHERE name = ?", [row[0]])])
+        self._oracles.pop(row[0], None)
+        return self.con.execute("SELECT count(*) FROM vidql.labelled WHERE oracle = ?",
+                                [row[4]]).fetchall()[0][0]
+
+    def _oracle_row(self, name: str) -> tuple:
+        rows = self.con.execute("SELECT name, kind, source, options, identity FROM vidql.oracles "
                                "WHERE lower(name) = lower(?)", [name]).fetchall()
         if not rows:
             known = ", ".join(self.oracle_names()) or "none created yet"
             raise CatalogError(f"unknown oracle {name!r}; oracles: {known}")
-        row = rows[0]
-        if row[0] not in self._oracles:
-            self._oracles[row[0]] = make_oracle(row[0], row[1], row[2], json.loads(row[3]))
-        return self._oracles[row[0]]
+        return rows[0]
+
+    @staticmethod
+    def _source_stats(oracle: Oracle) -> tuple:
+        """Size and modification time of an oracle's source files (None when missing)."""
+        stats = []
+        for path in oracle.sources:
+            try:
+                st = os.stat(path)
+                stats.append((st.st_size, st.st_mtime_ns))
+            except OSError:
+                stats.append(None)
+        return tuple(stats)
+
+    def oracle(self, name: str) -> Oracle:
+        """The oracle as created. Its sources are re-checked whenever their size or time
+        changes: different bytes raise OracleError (the identity is fixed at CREATE ORACLE)."""
+        name, kind, source, options, identity = self._oracle_row(name)
+        cached = self._oracles.get(name)
+        if cached and cached[0].identity == identity and self._source_stats(cached[0]) == cached[1]:
+            return cached[0]
+        try:
+            oracle = make_oracle(name, kind, source, json.loads(options))
+        except OracleError as exc:
+            raise OracleError(f"oracle {name!r} can no longer be built from its source as "
+                              f"created: {exc}") from None
+        if oracle.identity != identity:
+            changed = changed_sources(identity, oracle)
+            what = (f"the contents of {', '.join(repr(c) for c in changed)}" if changed
+                    else "its code's version or options")
+            raise OracleError(
+                f"oracle {name!r} changed since CREATE ORACLE: {what} changed (identity "
+                f"{identity} is now {oracle.identity}). Restore the source to keep using the "
+                f"labels cached for it, or run CREATE OR REPLACE ORACLE {name} FROM {kind} "
+                f"'{source}' to adopt the new version (the old labels stay cached)")
+        self._oracles[name] = (oracle, self._source_stats(oracle))
+        return oracle
 
     def oracles(self) -> pd.DataFrame:
-        return self.con.execute("SELECT name, kind, source, options, identity FROM vidql.oracles "
-                                "ORDER BY name").df()
+        """SHOW ORACLES, with a `status` column: ok, or why the oracle cannot be used now."""
+        df = self.con.execute("SELECT name, kind, source, options, identity FROM vidql.oracles "
+                              "ORDER BY name").df()
+        df["status"] = [self._oracle_status(n) for n in df["name"]]
+        return df
+
+    def _oracle_status(self, name: str) -> str:
+        try:
+            self.oracle(name)
+        except OracleError as exc:
+            return str(exc)
+        return "ok"
 
     def set_oracle(self, video: str, oracle: str) -> None:
         video = self.video_row(video)["name"]

@@ -68,3 +68,85 @@ def test_objects_view_of_an_older_catalog_is_upgraded(detrac):
     with vidql.connect(path, progress=False) as again:
         n = again.sql("SELECT count(*) FROM v.objects").fetchall()[0][0]
         assert n == len(truth)
+
+
+def _edit_labels(path, frames_kept):
+    df = pd.read_csv(path)
+    df[df["frame"] < frames_kept].to_csv(path, index=False)
+
+
+def test_changed_labels_file_is_reported_everywhere_until_replaced(tmp_path, monkeypatch):
+    clip, labels = shared_path("data", "ua_detrac.mp4"), shared_path("data", "ua_detrac.labels.csv")
+    (tmp_path / "lab.csv").write_bytes(labels.read_bytes())
+    monkeypatch.chdir(tmp_path)
+    with vidql.connect("v.db", progress=False) as db:
+        db.sql(f"LOAD VIDEO '{clip}' AS v; CREATE ORACLE gt FROM LABELS 'lab.csv'; "
+               "SET ORACLE v = gt")
+        all_cars = db.sql("SELECT sum(objects('car')) FROM v").fetchall()[0][0]
+        _edit_labels("lab.csv", 100)
+        for query in ("SELECT sum(objects('car')) FROM v", "SELECT count(*) FROM v.objects",
+                      "SELECT avg(objects('car')) FROM v ERROR WITHIN 1"):
+            with pytest.raises(vidql.OracleError, match=r"oracle 'gt' changed since CREATE "
+                               r"ORACLE: the contents of '.*lab.csv' changed"):
+                db.sql(query)
+        status = db.sql("SHOW ORACLES").df().set_index("name")["status"]
+        assert "CREATE OR REPLACE ORACLE gt" in status["gt"]
+        db.sql("CREATE OR REPLACE ORACLE gt FROM LABELS 'lab.csv'")
+        assert db.sql("SHOW ORACLES").df()["status"].tolist() == ["ok"]
+        few = db.sql("SELECT sum(objects('car')) FROM v").fetchall()[0][0]
+        assert few < all_cars and db.sql("SELECT count(*) FROM v.objects").fetchall()[0][0] == \
+            int((pd.read_csv("lab.csv")).shape[0])
+    (tmp_path / "lab.csv").write_bytes(labels.read_bytes())  # back to the first version
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)  # the relative path was stored as an absolute one
+    with vidql.connect(tmp_path / "v.db", progress=False) as db:
+        db.sql("CREATE OR REPLACE ORACLE gt FROM LABELS '../lab.csv'")
+        assert db.sql("SELECT sum(objects('car')) FROM v").fetchall()[0][0] == all_cars
+        assert db.last_report.oracle_calls == 0  # the old identity's labels were kept
+
+
+def test_python_oracle_edit_needs_replace(db_clip):
+    db, module = db_clip
+    db.sql("SELECT sum(objects('car')) FROM clip WHERE frame < 10")
+    path = module.__file__
+    with open(path, "a") as fh:
+        fh.write("\n# a comment is a new version too\n")
+    with pytest.raises(vidql.OracleError, match="vq_test_oracle.py' changed"):
+        db.sql("SELECT sum(objects('car')) FROM clip WHERE frame < 10")
+    with open(path, "a") as fh:
+        fh.write("BrightnessOracle.version = '2'\n")
+    db.create_oracle("bright", "PYTHON", "vq_test_oracle:BrightnessOracle", replace=True)
+    assert db.catalog.oracle("bright").identity.split(":")[4] == "2"  # the new code is loaded
+    db.sql("SELECT sum(objects('car')) FROM clip WHERE frame < 10")
+    assert db.last_report.oracle_calls == 10
+
+
+@pytest.fixture()
+def db_clip(counter_clip, oracle_module):
+    with vidql.connect(progress=False) as db:
+        db.sql(f"LOAD VIDEO '{counter_clip}' AS clip")
+        db.sql("CREATE ORACLE bright FROM PYTHON 'vq_test_oracle:BrightnessOracle'; "
+               "SET ORACLE clip = bright")
+        yield db, oracle_module
+
+
+def test_drop_oracle(db_clip, tmp_path):
+    db, _ = db_clip
+    with pytest.raises(vidql.CatalogError, match="default oracle of video.*SET ORACLE clip"):
+        db.sql("DROP ORACLE bright")
+    pd.DataFrame({"frame": [0], "label": ["car"], "score": [1.0], "x1": 0, "y1": 0, "x2": 1,
+                  "y2": 1}).to_csv(tmp_path / "one.csv", index=False)
+    db.sql(f"CREATE ORACLE one FROM LABELS '{tmp_path / 'one.csv'}'")
+    db.sql("SELECT count(*) FROM clip WHERE contains('car') USING ORACLE one")
+    with pytest.raises(vidql.CatalogError, match="already exists; CREATE OR REPLACE"):
+        db.sql(f"CREATE ORACLE one FROM LABELS '{tmp_path / 'one.csv'}'")
+    assert "120 labelled frames stay cached" in db.sql("DROP ORACLE one").fetchall()[0][0]
+    assert db.sql("SHOW ORACLES").df()["name"].tolist() == ["bright"]
+    assert db.sql("DROP ORACLE IF EXISTS one").fetchall() == [("no oracle one",)]
+    with pytest.raises(vidql.CatalogError, match="unknown oracle 'one'"):
+        db.sql("DROP ORACLE one")
+    db.create_oracle("one", "LABELS", tmp_path / "one.csv")
+    db.sql("SELECT count(*) FROM clip WHERE contains('car') USING ORACLE one")
+    assert db.last_report.oracle_calls == 0
+    assert db.drop_oracle("nothing", if_exists=True) == 0
