@@ -6,6 +6,7 @@ statement leaves the catalog as it was.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 from contextlib import closing
 import os
@@ -36,25 +37,56 @@ CREATE TABLE IF NOT EXISTS vidql.indexes (
 """
 
 NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+MAX_NAME_LENGTH = 128  # names become folder names in the artifacts folder
 RESERVED = {"vidql", "vidql_store", "memory", "main", "temp", "information_schema", "pg_catalog",
             "system"}
 
 
 def check_name(kind: str, name: str) -> str:
+    if isinstance(name, str) and len(name) > MAX_NAME_LENGTH:
+        raise CatalogError(f"{kind} name {name[:20]}... is {len(name)} characters long; "
+                           f"at most {MAX_NAME_LENGTH} are allowed")
     if not isinstance(name, str) or not NAME_RE.match(name) or name.lower() in RESERVED:
         raise CatalogError(f"{kind} name {name!r} is not allowed: use letters, digits and _, "
                            f"not starting with a digit, and not one of {sorted(RESERVED)}")
     return name
 
 
+FINGERPRINT_WHOLE = 64 << 20  # files up to this size are hashed whole
+FINGERPRINT_CHUNKS, FINGERPRINT_CHUNK = 64, 1 << 20  # else: this many evenly spaced chunks
+
+
 def file_fingerprint(path: str | Path) -> str:
-    """Size, modification time and the first MiB's hash: changes when the file does."""
+    """A video's identity by content: its size and a SHA-256 of its bytes (of 64 evenly
+    spaced 1 MiB chunks, first and last included, for files over 64 MiB). A touched,
+    copied or moved file with the same bytes keeps its fingerprint."""
     import hashlib
 
-    st = os.stat(path)
+    size = os.path.getsize(path)
+    h = hashlib.sha256()
     with open(path, "rb") as fh:
-        head = hashlib.sha256(fh.read(1 << 20)).hexdigest()[:16]
-    return f"{st.st_size}:{int(st.st_mtime)}:{head}"
+        if size <= FINGERPRINT_WHOLE:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+        else:
+            for offset in np.linspace(0, size - FINGERPRINT_CHUNK, FINGERPRINT_CHUNKS).astype(np.int64):
+                fh.seek(int(offset))
+                h.update(fh.read(FINGERPRINT_CHUNK))
+    return f"content:{size}:{h.hexdigest()[:32]}"
+
+
+def fingerprint_matches(stored: str, path: str | Path) -> bool:
+    """Whether the file at `path` has the content a catalog recorded. Catalogs made before
+    content fingerprints stored `size:mtime:sha256(first MiB)`; those compare size and
+    head only, so a touched file still matches."""
+    import hashlib
+
+    if stored.startswith("content:"):
+        return file_fingerprint(path) == stored
+    size, _mtime, head = stored.split(":")
+    with open(path, "rb") as fh:
+        now = hashlib.sha256(fh.read(1 << 20)).hexdigest()[:16]
+    return int(size) == os.path.getsize(path) and head == now
 
 
 def _quote(name: str) -> str:
@@ -184,19 +216,80 @@ class Catalog:
                 self.con.execute(self._objects_view_sql(schema))
 
     def video_info(self, name: str):
-        """The probe result of a loaded video; raises if its file has changed since loading."""
+        """The probe result of a loaded video; raises if its file is gone or its content
+        changed since loading. A lost artifacts folder is rebuilt by probing the file again."""
         row = self.video_row(name)
         name = row["name"]
         if name not in self._infos:
             path = row["path"]
             if not Path(path).is_file():
-                raise VideoError(path, f"file of video {name!r} is gone; DROP VIDEO {name} or restore it")
-            if file_fingerprint(path) != row["fingerprint"]:
-                raise VideoError(path, f"file of video {name!r} changed since LOAD VIDEO; its "
-                                       f"labels and indexes no longer apply: DROP VIDEO {name} and load it again")
-            with open(self.video_dir(name) / "info.pkl", "rb") as fh:
-                self._infos[name] = pickle.load(fh)
+                raise VideoError(path, f"file of video {name!r} is gone; restore it, or if it "
+                                       f"moved: ALTER VIDEO {name} SET PATH 'new/place'")
+            if not fingerprint_matches(row["fingerprint"], path):
+                raise VideoError(path, f"file of video {name!r} changed since LOAD VIDEO (its "
+                                       f"content differs); its labels and indexes no longer "
+                                       f"apply: restore the file, or DROP VIDEO {name} and load "
+                                       f"it again")
+            self._infos[name] = self._stored_info(name, path)
         return self._infos[name]
+
+    def _stored_info(self, name: str, path: str):
+        """The saved probe result (re-probed and saved again when the artifacts are gone)."""
+        from vidql.preprocess.probe import probe_video
+
+        saved = self.video_dir(name) / "info.pkl"
+        if saved.is_file():
+            with open(saved, "rb") as fh:
+                info = pickle.load(fh)
+            return info if info.path == path else dataclasses.replace(info, path=path)
+        info = probe_video(path)
+        saved.parent.mkdir(parents=True, exist_ok=True)
+        with open(saved, "wb") as fh:
+            pickle.dump(info, fh)
+        return info
+
+    def set_video_path(self, name: str, path: str | Path) -> dict:
+        """ALTER VIDEO name SET PATH: the same video (same content) at a new place; labels,
+        indexes and everything else stay. A file with other content is refused."""
+        row = self.video_row(name)
+        name, path = row["name"], Path(path).resolve()
+        if not path.is_file():
+            raise VideoError(path, "no such file")
+        if not fingerprint_matches(row["fingerprint"], path):
+            raise VideoError(path, f"its content differs from video {name!r} (loaded from "
+                                   f"'{row['path']}'): ALTER VIDEO ... SET PATH only moves a "
+                                   f"video whose bytes are unchanged; LOAD VIDEO it under "
+                                   f"another name")
+        self._atomic([("UPDATE vidql.videos SET path = ? WHERE name = ?", [str(path), name])])
+        self._infos.pop(name, None)
+        info = self.video_info(name)
+        with open(self.video_dir(name) / "info.pkl", "wb") as fh:
+            pickle.dump(info, fh)
+        return self.video_row(name)
+
+    def ensure_video_relations(self, name: str) -> None:
+        """Recreate a video's table `name(frame, ts)` and view `name.objects` if a plain
+        DROP TABLE / DROP SCHEMA removed them: the catalog has everything they hold."""
+        name = self.video_row(name)["name"]
+        have = self.con.execute(
+            "SELECT (SELECT count(*) FROM duckdb_tables() WHERE database_name = current_database()"
+            " AND schema_name = 'main' AND table_name = ?), (SELECT count(*) FROM duckdb_views() "
+            "WHERE database_name = current_database() AND schema_name = ? AND view_name = "
+            "'objects')", [name, name]).fetchall()[0]
+        if all(have):
+            return
+        info = self.video_info(name)
+        q = _quote(name)
+        statements = [(f"CREATE SCHEMA IF NOT EXISTS {q}", []), (self._objects_view_sql(name), [])]
+        if not have[0]:
+            self.con.register("__vidql_ts", pd.DataFrame({"frame": np.arange(info.frame_count),
+                                                          "ts": self._timestamps(info)}))
+            statements.append((f"CREATE TABLE main.{q} AS SELECT CAST(frame AS BIGINT) AS frame, "
+                               f"CAST(ts AS DOUBLE) AS ts FROM __vidql_ts ORDER BY frame", []))
+        try:
+            self._atomic(statements)
+        finally:
+            self.con.unregister("__vidql_ts")
 
     def drop_video(self, name: str) -> None:
         name = self.video_row(name)["name"]
@@ -343,6 +436,7 @@ class Catalog:
     def label_cache(self, video: str, oracle: str | None = None) -> LabelCache:
         """The label cache of a video for an oracle (its default oracle when None)."""
         row = self.video_row(video)
+        self.ensure_video_relations(row["name"])
         o = self.oracle(oracle) if oracle else self.default_oracle(row["name"])
         key = (row["name"], o.identity)
         if key not in self._caches:

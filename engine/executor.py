@@ -45,6 +45,9 @@ def execute(db, stmt):
             return _message(db, f"no video {stmt.name}")
         db.drop_video(stmt.name)
         return _message(db, f"dropped video {stmt.name}")
+    if isinstance(stmt, AlterVideoPath):
+        db.set_video_path(stmt.name, stmt.path)
+        return _frame(db, db.videos().query("name == @stmt.name"))
     if isinstance(stmt, CreateOracle):
         oracle = db.create_oracle(stmt.name, stmt.kind, stmt.source, replace=stmt.replace,
                                   **stmt.options)
@@ -111,6 +114,8 @@ def _exact(db, q: Query):
     for table in q.tables:
         parts = table.lower().split(".")
         reads_labels = len(parts) == 2 and parts[1] == "objects" or uses_functions
+        if parts[0] in lower:
+            db.catalog.ensure_video_relations(lower[parts[0]])
         if parts[0] in lower and reads_labels and lower[parts[0]] not in read:
             read.append(lower[parts[0]])
     ranges = {}

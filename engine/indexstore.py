@@ -87,6 +87,10 @@ class IndexStore:
         if row["name"] not in self._open:
             self.catalog.video_info(row["video"])  # raises if the video file changed
             expect = self._identity(row["video"], row["oracle_identity"])
+            if not self.directory(row["name"]).is_dir():
+                raise CatalogError(f"the files of index {row['name']!r} are gone (folder "
+                                   f"'{self.directory(row['name'])}'): DROP INDEX {row['name']} "
+                                   f"and CREATE INDEX it again")
             self._open[row["name"]] = TastiIndex.load(self.directory(row["name"]), expect=expect)
         return self._open[row["name"]]
 

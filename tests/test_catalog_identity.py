@@ -2,6 +2,10 @@
 query names, oracle and video identity, and clear errors for a damaged catalog."""
 from __future__ import annotations
 
+import hashlib
+import os
+import shutil
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -150,3 +154,97 @@ def test_drop_oracle(db_clip, tmp_path):
     db.sql("SELECT count(*) FROM clip WHERE contains('car') USING ORACLE one")
     assert db.last_report.oracle_calls == 0
     assert db.drop_oracle("nothing", if_exists=True) == 0
+
+
+def _scalar(db, sql):
+    return db.sql(sql).fetchall()[0][0]
+
+
+@pytest.mark.parametrize("with_index", [False, pytest.param(True, marks=pytest.mark.slow)])
+def test_touched_or_moved_video_keeps_labels_and_index(tmp_path, with_index):
+    clip, labels = shared_path("data", "ua_detrac.mp4"), shared_path("data", "ua_detrac.labels.csv")
+    mine = tmp_path / "clip.mp4"
+    mine.write_bytes(clip.read_bytes())
+    with vidql.connect(tmp_path / "v.db", progress=False) as db:
+        db.sql(f"LOAD VIDEO '{mine}' AS v; CREATE ORACLE gt FROM LABELS '{labels}'; "
+               "SET ORACLE v = gt")
+        if with_index:
+            db.sql("CREATE INDEX vi ON v WITH (train = 20, reps = 40, triplets = 200, size = 24)")
+        cars = _scalar(db, "SELECT sum(objects('car')) FROM v")
+    os.utime(mine, (1e9, 1e9))  # touched: same bytes, another time
+    with vidql.connect(tmp_path / "v.db", progress=False) as db:
+        assert _scalar(db, "SELECT sum(objects('car')) FROM v") == cars
+        assert db.last_report.oracle_calls == 0
+    (tmp_path / "archive").mkdir()
+    moved = tmp_path / "archive" / "clip.mp4"
+    shutil.move(mine, moved)
+    with vidql.connect(tmp_path / "v.db", progress=False) as db:
+        with pytest.raises(vidql.VideoError, match="ALTER VIDEO v SET PATH"):
+            db.sql("SELECT sum(objects('car')) FROM v")
+        other = shared_path("data", "highway.avi")
+        with pytest.raises(vidql.VideoError, match="content differs from video 'v'"):
+            db.sql(f"ALTER VIDEO v SET PATH '{other}'")
+        db.sql(f"ALTER VIDEO v SET PATH '{moved}'")
+        assert db.videos()["path"].tolist() == [str(moved)]
+        assert _scalar(db, "SELECT sum(objects('car')) FROM v") == cars
+        assert db.last_report.oracle_calls == 0
+        if with_index:
+            est = db.sql("SELECT AVG(objects('car')) FROM v ERROR WITHIN 2 USING INDEX vi").df()
+            assert db.last_report.oracle_calls == 0 and est.iloc[0, 0] > 0  # index kept
+    copy = tmp_path / "copy.mp4"
+    shutil.copy(moved, copy)
+    with vidql.connect(tmp_path / "v.db", progress=False) as db:
+        db.set_video_path("v", copy)
+        assert db.catalog.video_info("v").path == str(copy)
+        assert _scalar(db, "SELECT count(*) FROM v WHERE contains('bus')") > 0
+        if not with_index:
+            return
+        shutil.rmtree(db.indexes.directory("vi"))
+        with pytest.raises(vidql.CatalogError, match="files of index 'vi' are gone.*DROP INDEX vi"):
+            db.sql("SELECT AVG(objects('car')) FROM v ERROR WITHIN 2 USING INDEX vi")
+
+
+def test_catalog_of_old_fingerprints_still_opens(tmp_path):
+    clip, labels = shared_path("data", "ua_detrac.mp4"), shared_path("data", "ua_detrac.labels.csv")
+    mine = tmp_path / "clip.mp4"
+    mine.write_bytes(clip.read_bytes())
+    with vidql.connect(tmp_path / "v.db", progress=False) as db:
+        db.sql(f"LOAD VIDEO '{mine}' AS v; CREATE ORACLE gt FROM LABELS '{labels}'")
+        head = hashlib.sha256(mine.read_bytes()[:1 << 20]).hexdigest()[:16]
+        db.con.execute("UPDATE vidql.videos SET fingerprint = ?",  # size:mtime:head, as before
+                       [f"{mine.stat().st_size}:12345:{head}"])
+    with vidql.connect(tmp_path / "v.db", progress=False) as db:
+        assert _scalar(db, "SELECT count(*) FROM v WHERE contains('car')") == 252
+    mine.write_bytes(clip.read_bytes()[:-10])
+    with vidql.connect(tmp_path / "v.db", progress=False) as db:
+        with pytest.raises(vidql.VideoError, match="changed since LOAD VIDEO"):
+            db.sql("SELECT count(*) FROM v WHERE contains('car')")
+
+
+def test_overlong_name_is_a_clear_error(detrac):
+    db, _ = detrac
+    with pytest.raises(vidql.CatalogError, match="300 characters long; at most 128"):
+        db.sql(f"LOAD VIDEO '{shared_path('data', 'highway.avi')}' AS {'x' * 300}")
+    with pytest.raises(vidql.CatalogError, match="at most 128"):
+        db.sql(f"CREATE ORACLE {'o' * 200} FROM LABELS '{shared_path('data', 'highway.labels.csv')}'")
+
+
+def test_lost_artifacts_are_probed_again(detrac):
+    db, truth = detrac
+    cars = int((truth["label"] == "car").sum())
+    assert _scalar(db, "SELECT sum(objects('car')) FROM v") == cars
+    path = db.path
+    db.close()
+    shutil.rmtree(path.with_name(path.name + ".artifacts"))
+    with vidql.connect(path, progress=False) as again:
+        assert _scalar(again, "SELECT sum(objects('car')) FROM v") == cars  # probed again
+
+
+def test_dropped_video_table_is_recreated_from_the_catalog(detrac):
+    db, truth = detrac
+    db.sql("DROP TABLE v")
+    assert _scalar(db, "SELECT sum(objects('car')) FROM v WHERE frame < 10") == \
+        int(((truth["label"] == "car") & (truth["frame"] < 10)).sum())
+    db.sql("DROP TABLE v; DROP SCHEMA v CASCADE")
+    assert _scalar(db, "SELECT count(*) FROM v.objects") == len(truth)
+    assert _scalar(db, "SELECT max(ts) FROM v") > 8

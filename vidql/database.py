@@ -81,6 +81,11 @@ class Database:
         self.indexes.drop_for_video(self.catalog.video_row(name)["name"])
         self.catalog.drop_video(name)
 
+    def set_video_path(self, name: str, path: str | Path) -> dict:
+        """ALTER VIDEO name SET PATH: point a video at its moved or copied file (same content);
+        labels and indexes stay. A file with other content raises VideoError."""
+        return self.catalog.set_video_path(name, path)
+
     def videos(self) -> pd.DataFrame:
         return self.catalog.videos()
 
