@@ -202,6 +202,10 @@ def test_touched_or_moved_video_keeps_labels_and_index(tmp_path, with_index):
         shutil.rmtree(db.indexes.directory("vi"))
         with pytest.raises(vidql.CatalogError, match="files of index 'vi' are gone.*DROP INDEX vi"):
             db.sql("SELECT AVG(objects('car')) FROM v ERROR WITHIN 2 USING INDEX vi")
+        pd.read_csv(labels).head(100).to_csv(tmp_path / "few.csv", index=False)
+        db.sql(f"CREATE OR REPLACE ORACLE gt FROM LABELS '{tmp_path / 'few.csv'}'")
+        with pytest.raises(vidql.VidqlError, match="earlier version of oracle 'gt'"):
+            db.sql("SELECT AVG(objects('car')) FROM v ERROR WITHIN 2 USING INDEX vi")
 
 
 def test_catalog_of_old_fingerprints_still_opens(tmp_path):
