@@ -6,11 +6,12 @@ import hashlib
 import os
 import shutil
 
-import numpy as np
 import pandas as pd
 import pytest
 
 import vidql
+from vidql.engine.dialect import (AlterVideoPath, CreateOracle, DropOracle, PlainSQL, describe,
+                                  parse)
 from vidql.engine.framestat import evaluate, parse_frame_expr
 
 from conftest import shared_path
@@ -252,3 +253,26 @@ def test_dropped_video_table_is_recreated_from_the_catalog(detrac):
     db.sql("DROP TABLE v; DROP SCHEMA v CASCADE")
     assert _scalar(db, "SELECT count(*) FROM v.objects") == len(truth)
     assert _scalar(db, "SELECT max(ts) FROM v") > 8
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("CREATE OR REPLACE ORACLE t FROM LABELS 'a.csv' WITH (cost_ms = 3)",
+     CreateOracle("t", "LABELS", "a.csv", {"cost_ms": 3}, replace=True)),
+    ("DROP ORACLE IF EXISTS yolox", DropOracle("yolox", True)),
+    ("ALTER VIDEO night SET PATH 'archive/night.mp4';", AlterVideoPath("night", "archive/night.mp4")),
+    ("CREATE OR REPLACE TABLE t AS SELECT 1", PlainSQL("CREATE OR REPLACE TABLE t AS SELECT 1")),
+])
+def test_housekeeping_statements_parse(text, expected):
+    assert parse(text) == expected
+    assert describe(parse(text))
+
+
+@pytest.mark.parametrize("text, message", [
+    ("ALTER VIDEO night SET 'x.mp4'", "expected SET PATH"),
+    ("ALTER VIDEO night SET PATH ''", "path is empty"),
+    ("DROP ORACLE", "oracle's name"),
+    ("CREATE OR REPLACE ORACLE t FROM MAGIC 'x'", "unknown oracle kind"),
+])
+def test_housekeeping_statement_errors(text, message):
+    with pytest.raises(vidql.QueryError, match=message):
+        parse(text)
