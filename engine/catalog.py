@@ -384,7 +384,8 @@ class Catalog:
             oracle = make_oracle(name, kind, source, json.loads(options))
         except OracleError as exc:
             raise OracleError(f"oracle {name!r} can no longer be built from its source as "
-                              f"created: {exc}") from None
+                              f"created: {exc}; if its source moved: CREATE OR REPLACE ORACLE "
+                              f"{name} FROM {kind} '<new place>'") from None
         if oracle.identity != identity:
             changed = changed_sources(identity, oracle)
             what = (f"the contents of {', '.join(repr(c) for c in changed)}" if changed
