@@ -176,6 +176,7 @@ class TorchvisionDetector(Oracle):
         self.net = net.eval().to(self.device)
         self.name, self.score, self.batch_size = name, score, batch_size
         self.identity = f"torchvision:{model}:{file_digest(path)}:score={score}"
+        self.sources = (path,)
 
     @torch.inference_mode()
     def detect(self, frames: np.ndarray, frame_ids: np.ndarray) -> pd.DataFrame:

@@ -36,13 +36,14 @@ from .dialect_query import parse_query
 from .dialect_statements import (DEFAULT_CONFIDENCE, INDEX_METHODS, ORACLE_KINDS, QUERY_KINDS,
                                  Aggregate, Clauses, CreateIndex, CreateOracle, DropIndex,
                                  DropVideo, LoadVideo, OutputColumn, PlainSQL, Query, SetOracle,
-                                 ShowIndexes, ShowOracles, ShowVideos, Statement)
+                                 ShowIndexes, ShowOracles, ShowVideos, Statement,
+                                 AlterVideoPath, DropOracle)
 from .errors import QueryError
 
 __all__ = [
     "parse", "parse_script", "describe", "Statement", "Query", "Clauses", "Aggregate",
     "OutputColumn", "PlainSQL", "LoadVideo", "ShowVideos", "DropVideo", "CreateOracle",
-    "SetOracle", "ShowOracles", "CreateIndex", "ShowIndexes", "DropIndex", "QUERY_KINDS",
+    "SetOracle", "ShowOracles", "DropOracle", "AlterVideoPath", "CreateIndex", "ShowIndexes", "DropIndex", "QUERY_KINDS",
     "ORACLE_KINDS", "INDEX_METHODS", "DEFAULT_CONFIDENCE",
 ]
 
@@ -102,12 +103,16 @@ def describe(stmt: Statement) -> str:
     if isinstance(stmt, DropVideo):
         return f"drop video {stmt.name} with its labels and index" + _if_exists(stmt.if_exists)
     if isinstance(stmt, CreateOracle):
-        return (f"create oracle {stmt.name} from {stmt.kind} '{stmt.source}'"
+        return (f"create {'or replace ' if stmt.replace else ''}oracle {stmt.name} from {stmt.kind} '{stmt.source}'"
                 f"{_options(stmt.options)}")
     if isinstance(stmt, SetOracle):
         return f"make {stmt.oracle} the default oracle of video {stmt.video}"
     if isinstance(stmt, ShowOracles):
         return "list the oracles"
+    if isinstance(stmt, DropOracle):
+        return f"drop oracle {stmt.name} (its cached labels stay)" + _if_exists(stmt.if_exists)
+    if isinstance(stmt, AlterVideoPath):
+        return f"move video {stmt.name} to '{stmt.path}' (same content)"
     if isinstance(stmt, CreateIndex):
         return (f"build {stmt.method} index {stmt.name} on video {stmt.video}"
                 f"{_options(stmt.options)}")

@@ -1,18 +1,20 @@
-"""Catalog statements of the dialect: LOAD/SHOW/DROP VIDEO, CREATE/SET/SHOW ORACLE,
-CREATE/SHOW/DROP INDEX. Statements DuckDB also knows (DROP INDEX aside) keep their
+"""Catalog statements of the dialect: LOAD/SHOW/DROP/ALTER VIDEO, CREATE [OR REPLACE]/SET/
+SHOW/DROP ORACLE, CREATE/SHOW/DROP INDEX. Statements DuckDB also knows (DROP INDEX aside) keep their
 DuckDB meaning: `LOAD httpfs`, `SET threads = 2`, `CREATE INDEX i ON t (col)`."""
 from __future__ import annotations
 
 from .dialect_lex import Cursor, Token
-from .dialect_statements import (ORACLE_KINDS, CreateIndex, CreateOracle, DropIndex, DropVideo,
-                                 INDEX_METHODS, LoadVideo, SetOracle, ShowIndexes, ShowOracles,
-                                 ShowVideos)
+from .dialect_statements import (ORACLE_KINDS, AlterVideoPath, CreateIndex, CreateOracle,
+                                 DropIndex, DropOracle, DropVideo, INDEX_METHODS, LoadVideo,
+                                 SetOracle, ShowIndexes, ShowOracles, ShowVideos)
 
 USAGE = {
     "LOAD VIDEO": "write LOAD VIDEO 'path/to/video.mp4' AS name [WITH (rendition = 128)]",
     "DROP VIDEO": "write DROP VIDEO [IF EXISTS] name",
-    "CREATE ORACLE": ("write CREATE ORACLE name FROM ONNX|TORCHVISION|LABELS|PYTHON 'source' "
-                      "[WITH (key = value, ...)]"),
+    "CREATE ORACLE": ("write CREATE [OR REPLACE] ORACLE name FROM ONNX|TORCHVISION|LABELS|PYTHON "
+                      "'source' [WITH (key = value, ...)]"),
+    "DROP ORACLE": "write DROP ORACLE [IF EXISTS] name",
+    "ALTER VIDEO": "write ALTER VIDEO name SET PATH 'new/place.mp4'",
     "SET ORACLE": "write SET ORACLE video = oracle",
     "CREATE INDEX": ("write CREATE INDEX name ON video USING TASTI "
                      "[WITH (train = 1000, reps = 2000, k = 5)]"),
@@ -23,10 +25,12 @@ USAGE = {
 
 def is_catalog_statement(tokens: list[Token]) -> bool:
     """True when the statement's first words make it a vidql catalog statement."""
-    words = [t.word for t in tokens[:3]]
+    words = [t.word for t in tokens[:4]]
     head = tuple(words[:2])
     if head in (("LOAD", "VIDEO"), ("DROP", "VIDEO"), ("DROP", "INDEX"), ("CREATE", "ORACLE"),
-                ("SET", "ORACLE")):
+                ("SET", "ORACLE"), ("DROP", "ORACLE"), ("ALTER", "VIDEO")):
+        return True
+    if words[:4] == ["CREATE", "OR", "REPLACE", "ORACLE"]:
         return True
     if head in (("SHOW", "VIDEOS"), ("SHOW", "ORACLES"), ("SHOW", "INDEXES")):
         return True
@@ -41,6 +45,10 @@ def parse_catalog(text: str, tokens: list[Token]):
     """Parse a statement for which `is_catalog_statement` is true."""
     c = Cursor(text, tokens)
     first, second = c.next().word, c.next().word
+    replace = (first, second) == ("CREATE", "OR")
+    if replace:
+        c.next()
+        second = c.next().word
     if first == "SHOW":
         stmt = {"VIDEOS": ShowVideos, "ORACLES": ShowOracles, "INDEXES": ShowIndexes}[second]()
         _end(c, USAGE["SHOW"])
@@ -49,9 +57,10 @@ def parse_catalog(text: str, tokens: list[Token]):
     hint = USAGE[key]
     stmt = {"LOAD VIDEO": _load_video, "DROP VIDEO": _drop_video, "CREATE ORACLE": _create_oracle,
             "SET ORACLE": _set_oracle, "CREATE INDEX": _create_index,
-            "DROP INDEX": _drop_index}[key](c, hint)
+            "DROP INDEX": _drop_index, "DROP ORACLE": _drop_oracle,
+            "ALTER VIDEO": _alter_video}[key](c, hint)
     _end(c, hint)
-    return stmt
+    return CreateOracle(stmt.name, stmt.kind, stmt.source, stmt.options, True) if replace else stmt
 
 
 def _end(c: Cursor, hint: str) -> None:
@@ -83,6 +92,21 @@ def _drop_video(c: Cursor, hint: str) -> DropVideo:
 def _drop_index(c: Cursor, hint: str) -> DropIndex:
     if_exists = _if_exists(c)
     return DropIndex(c.name("the index's name", hint), if_exists)
+
+
+def _drop_oracle(c: Cursor, hint: str) -> DropOracle:
+    if_exists = _if_exists(c)
+    return DropOracle(c.name("the oracle's name", hint), if_exists)
+
+
+def _alter_video(c: Cursor, hint: str) -> AlterVideoPath:
+    name = c.name("the video's name", hint)
+    if not c.accept("SET", "PATH"):
+        raise c.error(f"expected SET PATH after ALTER VIDEO {name}, got {c.shown()}", hint)
+    path = c.string("the video's new path", hint)
+    if not path:
+        raise c.error("the video's path is empty", hint, c.tokens[c.i - 1].start)
+    return AlterVideoPath(name, path)
 
 
 def _create_oracle(c: Cursor, hint: str) -> CreateOracle:

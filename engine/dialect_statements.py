@@ -40,12 +40,30 @@ class DropVideo:
 
 @dataclass(frozen=True)
 class CreateOracle:
-    """`CREATE ORACLE name FROM kind 'source' [WITH (...)]`; kind is one of ORACLE_KINDS."""
+    """`CREATE [OR REPLACE] ORACLE name FROM kind 'source' [WITH (...)]`; kind is one of
+    ORACLE_KINDS. `replace`: adopt a new version of an existing oracle."""
 
     name: str
     kind: str
     source: str
     options: dict = field(default_factory=dict)
+    replace: bool = False
+
+
+@dataclass(frozen=True)
+class DropOracle:
+    """`DROP ORACLE [IF EXISTS] name` (its cached labels stay, keyed by its identity)."""
+
+    name: str
+    if_exists: bool = False
+
+
+@dataclass(frozen=True)
+class AlterVideoPath:
+    """`ALTER VIDEO name SET PATH 'path'`: the same video's file at a new place."""
+
+    name: str
+    path: str
 
 
 @dataclass(frozen=True)
@@ -171,4 +189,4 @@ class Query:
 
 
 Statement = (LoadVideo | ShowVideos | DropVideo | CreateOracle | SetOracle | ShowOracles
-             | CreateIndex | ShowIndexes | DropIndex | PlainSQL | Query)
+             | DropOracle | AlterVideoPath | CreateIndex | ShowIndexes | DropIndex | PlainSQL | Query)

@@ -35,7 +35,7 @@ def run_exact(catalog: Catalog, sql: str, videos: list[str],
                          f"in the query; it reads {', '.join(videos) or 'none'}", sql, 0,
                          hint=f"videos: {', '.join(catalog.video_names()) or 'none loaded'}")
     stats = LabelStats()
-    shadows = []
+    shadows, variables = [], []
     try:
         for video in videos:
             cache = catalog.label_cache(video, oracle)
@@ -47,6 +47,8 @@ def run_exact(catalog: Catalog, sql: str, videos: list[str],
             stats.cache_hits += delta.cache_hits
             stats.oracle_seconds += delta.oracle_seconds
             stats.decode_seconds += delta.decode_seconds
+            variables.append(catalog.oracle_variable(video))
+            catalog.con.execute(f"SET VARIABLE {_quote(variables[-1])} = ?", [cache.oracle.identity])
             if expr.functions:
                 shadows.append(_shadow_video(catalog, video, cache.oracle.identity, expr.functions))
         try:
@@ -59,6 +61,8 @@ def run_exact(catalog: Catalog, sql: str, videos: list[str],
     finally:
         for name in shadows:
             catalog.con.execute(f"DROP TABLE IF EXISTS temp.{_quote(name)}")
+        for name in variables:
+            catalog.con.execute(f"RESET VARIABLE {_quote(name)}")
 
 
 def _shadow_video(catalog: Catalog, video: str, identity: str, functions) -> str:

@@ -4,8 +4,9 @@ from __future__ import annotations
 import duckdb
 import pandas as pd
 
-from .dialect import (CreateIndex, CreateOracle, DropIndex, DropVideo, LoadVideo, PlainSQL,
-                      Query, SetOracle, ShowIndexes, ShowOracles, ShowVideos, parse_script)
+from .dialect import (AlterVideoPath, CreateIndex, CreateOracle, DropIndex, DropOracle,
+                      DropVideo, LoadVideo, PlainSQL, Query, SetOracle, ShowIndexes, ShowOracles,
+                      ShowVideos, parse_script)
 from .errors import ParameterError, QueryError
 from .exact import run_exact
 from .framestat import parse_frame_expr
@@ -44,9 +45,20 @@ def execute(db, stmt):
             return _message(db, f"no video {stmt.name}")
         db.drop_video(stmt.name)
         return _message(db, f"dropped video {stmt.name}")
+    if isinstance(stmt, AlterVideoPath):
+        db.set_video_path(stmt.name, stmt.path)
+        return _frame(db, db.videos().query("name == @stmt.name"))
     if isinstance(stmt, CreateOracle):
-        oracle = db.create_oracle(stmt.name, stmt.kind, stmt.source, **stmt.options)
-        return _message(db, f"created oracle {stmt.name}: {oracle.identity}")
+        oracle = db.create_oracle(stmt.name, stmt.kind, stmt.source, replace=stmt.replace,
+                                  **stmt.options)
+        return _message(db, f"{'replaced' if stmt.replace else 'created'} oracle {stmt.name}: "
+                            f"{oracle.identity}")
+    if isinstance(stmt, DropOracle):
+        if stmt.if_exists and stmt.name.lower() not in map(str.lower, db.catalog.oracle_names()):
+            return _message(db, f"no oracle {stmt.name}")
+        kept = db.drop_oracle(stmt.name)
+        return _message(db, f"dropped oracle {stmt.name}; its {kept} labelled frames stay cached "
+                            f"and are reused if an oracle with the same source is created")
     if isinstance(stmt, SetOracle):
         db.set_oracle(stmt.video, stmt.oracle)
         return _message(db, f"oracle of {stmt.video} is {stmt.oracle}")
@@ -102,6 +114,8 @@ def _exact(db, q: Query):
     for table in q.tables:
         parts = table.lower().split(".")
         reads_labels = len(parts) == 2 and parts[1] == "objects" or uses_functions
+        if parts[0] in lower:
+            db.catalog.ensure_video_relations(lower[parts[0]])
         if parts[0] in lower and reads_labels and lower[parts[0]] not in read:
             read.append(lower[parts[0]])
     ranges = {}

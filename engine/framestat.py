@@ -7,6 +7,7 @@ replaced by columns of a per-frame table computed from detections.
 """
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 import duckdb
@@ -37,8 +38,18 @@ class FrameFunction:
 
     @property
     def column(self) -> str:
-        """Quoted identifier of this call's column in the per-frame table."""
-        return '"' + self.canonical.replace('"', '""') + '"'
+        """Quoted identifier of this call's column in the per-frame table.
+
+        DuckDB matches identifiers case-insensitively and `canonical` rounds min_score, so
+        a call whose canonical text is not lower-case or not exact gets a suffix hashed
+        from (kind, label, min_score): `objects('Car')` and `objects('car')` never share
+        a column."""
+        name = self.canonical
+        exact = self.label is None or self.label == self.label.lower()
+        if not exact or float(f"{self.min_score:g}") != self.min_score:
+            key = repr((self.kind, self.label, self.min_score)).encode()
+            name += " #" + hashlib.sha256(key).hexdigest()[:8]
+        return '"' + name.replace('"', '""') + '"'
 
     def aggregate_sql(self) -> str:
         """DuckDB aggregate over a frame's detection rows giving this call's value."""

@@ -87,6 +87,10 @@ class IndexStore:
         if row["name"] not in self._open:
             self.catalog.video_info(row["video"])  # raises if the video file changed
             expect = self._identity(row["video"], row["oracle_identity"])
+            if not self.directory(row["name"]).is_dir():
+                raise CatalogError(f"the files of index {row['name']!r} are gone (folder "
+                                   f"'{self.directory(row['name'])}'): DROP INDEX {row['name']} "
+                                   f"and CREATE INDEX it again")
             self._open[row["name"]] = TastiIndex.load(self.directory(row["name"]), expect=expect)
         return self._open[row["name"]]
 
@@ -100,6 +104,14 @@ class IndexStore:
             if oracle_identity is not None and row["oracle_identity"] != oracle_identity:
                 from vidql.indexes import IndexMismatchError
                 built_with = json.loads(row["options"]).get("oracle", row["oracle_identity"])
+                now = self.con.execute("SELECT identity FROM vidql.oracles WHERE name = ?",
+                                       [built_with]).fetchall()
+                if now and now[0][0] != row["oracle_identity"]:
+                    raise IndexMismatchError(
+                        f"index {row['name']!r} was built with an earlier version of oracle "
+                        f"{built_with!r} ({row['oracle_identity']}), replaced since: DROP INDEX "
+                        f"{row['name']} and CREATE INDEX again, or CREATE OR REPLACE ORACLE "
+                        f"{built_with} from its old source")
                 raise IndexMismatchError(
                     f"index {row['name']!r} was built with oracle {built_with!r}, not the oracle "
                     f"this query uses; run the query USING ORACLE {built_with}, or "

@@ -62,6 +62,7 @@ class Oracle(ABC):
     needs_pixels: bool = True  # False: answers from frame numbers alone (LABELS oracle)
     batch_size: int = 8
     simulated_cost_ms: float | None = None  # a stated cost per frame instead of measured time
+    sources: tuple[Path, ...] = ()  # files whose bytes the identity hashes (labels, weights, code)
 
     @abstractmethod
     def detect(self, frames: np.ndarray | None, frame_ids: np.ndarray) -> pd.DataFrame:

@@ -32,6 +32,7 @@ class LabelsOracle(Oracle):
         self._by_frame = self.table.groupby("frame").indices
         self.name, self.batch_size, self.simulated_cost_ms = name, batch_size, cost_ms
         self.identity = f"labels:{name}:{file_digest(path)}"
+        self.sources = (Path(path),)
 
     def detect(self, frames, frame_ids: np.ndarray) -> pd.DataFrame:
         rows = [self._by_frame[f] for f in frame_ids.tolist() if f in self._by_frame]
@@ -49,7 +50,7 @@ class PythonOracle(Oracle):
         if not module_name or not attr:
             raise OracleError(f"PYTHON oracle source must be 'module:callable', got {target!r}")
         try:
-            module = importlib.import_module(module_name)
+            module = _import_current(module_name)
         except Exception as exc:
             raise OracleError(f"cannot import module {module_name!r} for oracle {name!r}: {exc}") from None
         obj = getattr(module, attr, None)
@@ -69,6 +70,7 @@ class PythonOracle(Oracle):
         version = getattr(obj, "version", "")
         self.name, self.batch_size = name, batch_size
         self.identity = f"python:{target}:{digest}:{version}:{sorted(options.items())}"
+        self.sources = (Path(source),) if source else ()
 
     def detect(self, frames: np.ndarray, frame_ids: np.ndarray) -> pd.DataFrame:
         per_frame = self.fn(frames)
@@ -77,6 +79,38 @@ class PythonOracle(Oracle):
                               f"{len(frame_ids)} frames")
         return detections_frame([(int(f), str(d[0]), *map(float, d[1:6]))
                                  for f, dets in zip(frame_ids, per_frame) for d in dets])
+
+
+_MODULE_DIGESTS: dict[str, str] = {}  # module name -> digest of the source it was imported from
+
+
+def _import_current(module_name: str):
+    """Import a module, re-importing it when its source file changed since it was imported
+    (so CREATE OR REPLACE ORACLE runs the code whose digest the new identity has)."""
+    module = importlib.import_module(module_name)
+    source = inspect.getsourcefile(module)
+    if source:
+        digest = file_digest(source)
+        if _MODULE_DIGESTS.setdefault(module_name, digest) != digest:
+            module = importlib.reload(module)
+            _MODULE_DIGESTS[module_name] = digest
+    return module
+
+
+def absolute_source(kind: str, source: str, options: dict) -> tuple[str, dict]:
+    """The source (and `weights` option) of an oracle as absolute paths where they name
+    files, so the catalog works from any working directory."""
+    options = dict(options)
+    if kind.upper() in ("ONNX", "LABELS"):
+        source = str(Path(source).expanduser().absolute())
+    if kind.upper() == "TORCHVISION" and isinstance(options.get("weights"), str):
+        options["weights"] = str(Path(options["weights"]).expanduser().absolute())
+    return source, options
+
+
+def changed_sources(old_identity: str, oracle: Oracle) -> list[str]:
+    """The source files of `oracle` whose digest is not part of `old_identity`."""
+    return [str(p) for p in oracle.sources if file_digest(p) not in old_identity]
 
 
 def make_oracle(name: str, kind: str, source: str, options: dict | None = None) -> Oracle:
@@ -90,8 +124,11 @@ def make_oracle(name: str, kind: str, source: str, options: dict | None = None) 
     if kind not in builders:
         raise OracleError(f"unknown oracle kind {kind!r}; use one of {', '.join(ORACLE_KINDS)}")
     try:
-        return builders[kind](name, source, **options)
+        oracle = builders[kind](name, source, **options)
     except TypeError as exc:
         allowed = [p for p in inspect.signature(builders[kind]).parameters if p not in ("name",)]
         raise OracleError(f"bad options for {kind} oracle {name!r}: {exc}; "
                           f"allowed: {', '.join(allowed[1:])}") from None
+    if kind == "ONNX" and not oracle.sources:
+        oracle.sources = (Path(source),)
+    return oracle

@@ -81,11 +81,26 @@ class Database:
         self.indexes.drop_for_video(self.catalog.video_row(name)["name"])
         self.catalog.drop_video(name)
 
+    def set_video_path(self, name: str, path: str | Path) -> dict:
+        """ALTER VIDEO name SET PATH: point a video at its moved or copied file (same content);
+        labels and indexes stay. A file with other content raises VideoError."""
+        return self.catalog.set_video_path(name, path)
+
     def videos(self) -> pd.DataFrame:
         return self.catalog.videos()
 
-    def create_oracle(self, name: str, kind: str, source: str, **options):
-        return self.catalog.add_oracle(name, kind, str(source), options)
+    def create_oracle(self, name: str, kind: str, source: str, *, replace: bool = False,
+                      **options):
+        """CREATE [OR REPLACE] ORACLE: the oracle's identity (the digest of its source files
+        and its options) is fixed here; `replace=True` adopts a new version of `name`."""
+        return self.catalog.add_oracle(name, kind, str(source), options, replace=replace)
+
+    def drop_oracle(self, name: str, *, if_exists: bool = False) -> int:
+        """DROP ORACLE (refused while a video uses it by default); returns the number of
+        labelled frames that stay cached under its identity."""
+        if if_exists and name.lower() not in map(str.lower, self.catalog.oracle_names()):
+            return 0
+        return self.catalog.drop_oracle(name)
 
     def set_oracle(self, video: str, oracle: str) -> None:
         self.catalog.set_oracle(video, oracle)
