@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 import zlib
-from dataclasses import asdict, dataclass, field
 
 import duckdb
 import numpy as np
@@ -14,7 +13,8 @@ from .catalog import _quote
 from .dialect import Query
 from .errors import CatalogError, QueryError
 from .framestat import FrameExpr, is_predicate, parse_frame_expr
-from .labelcache import LabelCache, LabelStats
+from .labelcache import LabelCache
+from .result import Report, Result
 
 OPERATORS = {
     "aggregate": "aggregate with error bound (betting confidence sequence; control variates "
@@ -25,57 +25,6 @@ OPERATORS = {
     "select_precision": "SUPG selection with a precision target",
     "rare": "EZMODE rare-event search",
 }
-
-
-@dataclass
-class Report:
-    """What a query did and cost: operator, oracle calls, cache hits, seconds per stage."""
-
-    operator: str
-    video: str | None = None
-    oracle: str | None = None
-    index: str | None = None
-    guarantee: str = ""
-    oracle_calls: int = 0
-    cache_hits: int = 0
-    oracle_seconds: float = 0.0
-    seconds: dict = field(default_factory=dict)
-    estimated_calls: int | None = None
-    estimated_seconds: float | None = None
-    seed: int | None = None
-    details: dict = field(default_factory=dict)
-
-    def add_stats(self, stats: LabelStats) -> None:
-        self.oracle_calls += stats.oracle_calls
-        self.cache_hits += stats.cache_hits
-        self.oracle_seconds += stats.oracle_seconds
-        self.seconds["oracle"] = self.seconds.get("oracle", 0.0) + stats.oracle_seconds
-        self.seconds["decode"] = self.seconds.get("decode", 0.0) + stats.decode_seconds
-
-    def summary(self) -> str:
-        stages = ", ".join(f"{k} {v:.2f}s" for k, v in self.seconds.items())
-        parts = [f"operator: {self.operator}", f"guarantee: {self.guarantee}",
-                 f"oracle calls: {self.oracle_calls}", f"cache hits: {self.cache_hits}"]
-        if self.index:
-            parts.append(f"index: {self.index}")
-        parts += [self.details[k] for k in ("index_note", "note") if self.details.get(k)]
-        if self.seed is not None:
-            parts.append(f"seed: {self.seed}")
-        return " | ".join(parts) + (f"\nseconds: {stages}" if stages else "")
-
-    def as_dict(self) -> dict:
-        return asdict(self)
-
-
-@dataclass
-class Result:
-    """A query's rows as a DuckDB relation, plus its report."""
-
-    relation: duckdb.DuckDBPyRelation
-    report: Report
-
-    def df(self) -> pd.DataFrame:
-        return self.relation.df()
 
 
 class Binding:
@@ -202,7 +151,7 @@ def run_approximate(db, q: Query) -> Result:
         frame["oracle_calls"] = report.oracle_calls
     if binding.cache.oracle.simulated_cost_ms is not None:
         report.details["oracle_seconds"] = "simulated: cost_ms per call"
-    return Result(db.con.from_df(frame), report)
+    return Result.of(db.catalog.con, frame, report)
 
 
 def _aggregate_frame(result, scale: float, confidence: float, groups=None) -> pd.DataFrame:
@@ -382,7 +331,7 @@ def explain(db, q: Query) -> Result:
            "estimated_seconds": report.estimated_seconds,
            "note": "; ".join(filter(None, [report.details.get("estimate"),
                                            report.details.get("index_note")]))}
-    return Result(db.con.from_df(pd.DataFrame([row])), report)
+    return Result.of(db.catalog.con, pd.DataFrame([row]), report)
 
 
 def _estimate_exact(db, q: Query, report: Report) -> int:

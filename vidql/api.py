@@ -4,8 +4,8 @@
     db.video("night").aggregate("avg", objects("car"), error=0.1, confidence=0.95)
 
 Each call builds the equivalent dialect statement and runs it through the same parser and
-planner as `db.sql`, so both front ends have one meaning. Results carry `.df()`,
-`.relation` and `.report`.
+planner as `db.sql`, so both front ends have one meaning and return the same Result
+(engine/result.py): it reads like a DuckDB relation and carries `.report`.
 """
 from __future__ import annotations
 
@@ -96,9 +96,9 @@ class VideoQuery:
 
     def _run(self, sql: str):
         from vidql.engine.dialect import parse
-        from vidql.engine.executor import _query_result
+        from vidql.engine.executor import run_query
 
-        return _query_result(self.db, parse(sql))
+        return run_query(self.db, parse(sql))
 
     def to_sql(self, kind: str, **kw) -> str:
         """The dialect statement a terminal call runs (for display and tests)."""

@@ -1,6 +1,7 @@
 """`vidql.connect()` and the Database: the public face over the catalog and the executor."""
 from __future__ import annotations
 
+import inspect
 import tempfile
 from pathlib import Path
 
@@ -119,10 +120,12 @@ class Database:
         return VideoQuery(self, self.catalog.video_row(name)["name"])
 
     def sql(self, query: str):
-        """Run one statement or a `;`-separated script; returns the last result."""
+        """Run one statement or a `;`-separated script; returns the last one's Result (None
+        for a statement without rows). The caller's Result variables read as tables by name."""
         from vidql.engine.executor import execute_script
 
-        return execute_script(self, query)
+        caller = inspect.currentframe().f_back
+        return execute_script(self, query, {**caller.f_globals, **caller.f_locals})
 
     def __repr__(self) -> str:
         where = "in memory" if self.path is None else str(self.path)
