@@ -1,6 +1,7 @@
 """Run parsed statements: catalog statements, plain DuckDB SQL, exact and approximate queries."""
 from __future__ import annotations
 
+import time
 from contextlib import contextmanager
 
 import duckdb
@@ -136,8 +137,12 @@ def _exact(db, q: Query):
     if single is not None and q.frame_range is not None and single.split(".")[0].lower() in lower:
         lo, hi = q.frame_range
         ranges[lower[single.split(".")[0].lower()]] = (lo, None if hi is None else hi + 1)
+    t0 = time.perf_counter()
     relation, stats = run_exact(db.catalog, q.sql, read, ranges, oracle=q.clauses.oracle)
     report = Report(operator="exact", video=", ".join(read) or None,
                     oracle=q.clauses.oracle, guarantee="exact")
+    report.seconds["total"] = time.perf_counter() - t0
     report.add_stats(stats)
+    costs = {db.catalog.label_cache(v, q.clauses.oracle).oracle.simulated_cost_ms for v in read}
+    report.simulated_cost_ms = costs.pop() if len(costs) == 1 else None
     return None if relation is None else Result(db.catalog.con, relation.to_arrow_table(), report)

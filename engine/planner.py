@@ -149,8 +149,7 @@ def run_approximate(db, q: Query) -> Result:
     binding.finish(report, crack=not aggregate)
     if "oracle_calls" in frame.columns:  # real calls; cached labels the operator used are hits
         frame["oracle_calls"] = report.oracle_calls
-    if binding.cache.oracle.simulated_cost_ms is not None:
-        report.details["oracle_seconds"] = "simulated: cost_ms per call"
+    report.simulated_cost_ms = binding.cache.oracle.simulated_cost_ms
     return Result.of(db.catalog.con, frame, report)
 
 
@@ -183,7 +182,6 @@ def _run_aggregate(b: Binding, q: Query, seed: int, report: Report) -> pd.DataFr
     # gain (an empirical Bernstein bound is dominated by its range term here)
     common = dict(error=c.error, relative=c.error_relative, confidence=conf, seed=seed,
                   max_samples=c.budget, bound="betting")
-    error_kind = "relative" if c.error_relative else "absolute"
     if agg.func == "avg" and pred is not None:
         result = queries.aggregate_ratio_error_bound(b.n, _pair(b, stat, pred),
                                                      value_range=_value_range(stat, report),
@@ -204,8 +202,13 @@ def _run_aggregate(b: Binding, q: Query, seed: int, report: Report) -> pd.DataFr
                                                value_range=_value_range(target, report), **common)
         scale = 1.0 if agg.func == "avg" else float(b.n)
     report.operator = f"aggregate ({result.method})"
-    report.guarantee = (f"{agg.func.upper()} within {c.error:g}{' (relative)' if c.error_relative else ' per frame'}"
-                        f" at {conf:.0%} confidence ({error_kind} error)")
+    if c.error_relative:
+        bound = f"±{c.error * 100:g}% (relative error)"
+    elif agg.func == "avg":
+        bound = f"±{c.error:g} (absolute error)"
+    else:  # the bound holds for the per-frame mean; the total scales it by the frame count
+        bound = f"±{c.error:g} per frame, ±{c.error * b.n:g} in total (absolute error)"
+    report.guarantee = f"{agg.func.upper()} within {bound} at {conf:.0%} confidence"
     return _aggregate_frame(result, scale, conf)
 
 
@@ -322,14 +325,18 @@ def explain(db, q: Query) -> Result:
         report = b.report(OPERATORS[q.kind])
         calls = _estimate_approximate(b, q, report)
         oracle = b.cache.oracle
+        report.simulated_cost_ms = oracle.simulated_cost_ms
         ms = oracle.simulated_cost_ms if oracle.simulated_cost_ms is not None else \
             db.catalog.measured_ms_per_frame(oracle.identity)
         report.estimated_seconds = None if ms is None else calls * ms / 1000
+        if oracle.simulated_cost_ms is not None:
+            report.details["seconds"] = "seconds simulated from the oracle's cost_ms"
     report.estimated_calls = int(calls)
     row = {"operator": report.operator, "video": report.video, "oracle": report.oracle,
            "index": report.index, "estimated_oracle_calls": report.estimated_calls,
            "estimated_seconds": report.estimated_seconds,
            "note": "; ".join(filter(None, [report.details.get("estimate"),
+                                           report.details.get("seconds"),
                                            report.details.get("index_note")]))}
     return Result.of(db.catalog.con, pd.DataFrame([row]), report)
 

@@ -20,14 +20,12 @@ def _shared_dir() -> Path | None:
 
 
 def print_result(result) -> None:
-    """Print a DuckDB relation (or a vidql Result) as a readable table."""
+    """Print a Result as a readable table, followed by its report when it has one."""
     if result is None:
         return
-    rel = getattr(result, "relation", result)
-    rel.show(max_width=160, max_rows=40)
-    report = getattr(result, "report", None)
-    if report is not None:
-        print(report.summary())
+    result.relation.show(max_width=160, max_rows=40)
+    if result.report is not None:
+        print(result.report.summary())
 
 
 def cmd_sql(args) -> int:
@@ -35,9 +33,6 @@ def cmd_sql(args) -> int:
 
     with vidql.connect(args.db) as db:
         print_result(db.sql(args.query))
-        report = getattr(db, "last_report", None)
-        if report is not None and not hasattr(report, "summary"):
-            print(report)
     return 0
 
 
