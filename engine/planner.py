@@ -61,7 +61,7 @@ class Binding:
         if q.restriction:
             sql += f" WHERE {q.restriction}"
         try:
-            frames = db.con.execute(sql + " ORDER BY frame").fetchnumpy()["frame"]
+            frames = db.catalog.con.execute(sql + " ORDER BY frame").fetchnumpy()["frame"]
         except duckdb.Error as exc:
             raise QueryError(f"cannot apply the frame restriction {q.restriction!r}: {exc}",
                              q.text, max(q.text.find(q.restriction or ""), 0)) from None
@@ -85,7 +85,7 @@ class Binding:
         return lambda positions: values(positions)[0]
 
     def timestamps(self, frames: np.ndarray) -> np.ndarray:
-        ts = self.db.con.execute(f"SELECT ts FROM main.{_quote(self.video)} ORDER BY frame"
+        ts = self.db.catalog.con.execute(f"SELECT ts FROM main.{_quote(self.video)} ORDER BY frame"
                                  ).fetchnumpy()["ts"]
         return np.asarray(ts)[frames]
 

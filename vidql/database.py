@@ -47,14 +47,23 @@ class Database:
             except duckdb.Error as exc:
                 raise VidqlError(f"cannot open database '{self.path}': {exc}") from None
             artifacts = artifacts_dir_for(self.path)
-        self.con = con
-        self.catalog = Catalog(con, artifacts, progress=progress)
+        self.con = con  # the user's; vidql's own statements run on a cursor of it
+        self.catalog = Catalog(self._engine_connection(con), artifacts, progress=progress)
         self.indexes = IndexStore(self.catalog)
         self.progress = progress
         self.last_report = None  # the report of the last query run through sql()
 
+    def _engine_connection(self, con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
+        """A connection of its own for vidql's statements (catalog, labels, queries), so a
+        result the user leaves open on `self.con` never blocks them."""
+        engine = con.cursor()
+        if self.path is not None:
+            engine.execute(f"USE {STORE_CATALOG}")
+        return engine
+
     # ---- lifecycle ----------------------------------------------------------------
     def close(self) -> None:
+        self.catalog.con.close()
         self.con.close()
         if self._tmp is not None:
             self._tmp.cleanup()
