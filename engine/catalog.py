@@ -64,7 +64,8 @@ def _quote(name: str) -> str:
 class Catalog:
     """Catalog tables over one DuckDB connection, plus the artifact folder."""
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, artifacts: Path, *, progress: bool = True):
+    def __init__(self, con: duckdb.DuckDBPyConnection, artifacts: Path, *, progress: bool = True,
+                 read_only: bool = False):
         self.con = con
         self.artifacts = Path(artifacts)
         self.artifacts.mkdir(parents=True, exist_ok=True)
@@ -72,7 +73,8 @@ class Catalog:
         self._oracles: dict[str, Oracle] = {}
         self._caches: dict[tuple[str, str], LabelCache] = {}
         self._infos: dict[str, object] = {}
-        con.execute(CATALOG_SQL)
+        if not read_only:  # a read-only file has its catalog tables (or is no vidql database)
+            con.execute(CATALOG_SQL)
 
     # ---- transactions -------------------------------------------------------------
     def _atomic(self, statements: list[tuple[str, list]]) -> None:

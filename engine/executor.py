@@ -8,12 +8,16 @@ import duckdb
 import pandas as pd
 
 from .dialect import (CreateIndex, CreateOracle, DropIndex, DropVideo, LoadVideo, PlainSQL,
-                      Query, SetOracle, ShowIndexes, ShowOracles, ShowVideos, parse_script)
+                      Query, SetOracle, ShowIndexes, ShowOracles, ShowVideos, describe,
+                      parse_script)
 from .dialect_lex import tokenize
-from .errors import ParameterError, QueryError
+from .errors import CatalogError, ParameterError, QueryError
 from .exact import run_exact
 from .framestat import parse_frame_expr
 from .result import Report, Result
+
+
+CATALOG_WRITES = (LoadVideo, DropVideo, CreateOracle, SetOracle, CreateIndex, DropIndex)
 
 
 def execute_script(db, text: str, scope: dict | None = None):
@@ -24,6 +28,9 @@ def execute_script(db, text: str, scope: dict | None = None):
     with _readable_results(db.catalog.con, text, scope or {}):
         result = None
         for statement in statements:
+            if db.read_only and isinstance(statement, CATALOG_WRITES):
+                raise CatalogError(f"the database is open read-only and this statement writes "
+                                   f"({describe(statement)}): open it without --read-only")
             result = execute(db, statement)
     return result
 

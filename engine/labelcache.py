@@ -69,6 +69,8 @@ class LabelCache:
         self.progress = progress
         self.stats = LabelStats()
         self._bar = None  # a query's progress bar while one is open
+        self.read_only = con.execute("SELECT readonly FROM duckdb_databases() "
+                                     "WHERE database_name = current_database()").fetchall()[0][0]
         done = con.execute("SELECT frame FROM vidql.labelled WHERE video = ? AND oracle = ?",
                            [video, oracle.identity]).fetchnumpy()["frame"]
         self._labelled = np.zeros(n_frames, dtype=bool)
@@ -95,6 +97,10 @@ class LabelCache:
         self.stats.cache_hits += len(unique) - len(todo)
         if len(todo) == 0:
             return
+        if self.read_only:
+            raise VidqlError(f"{len(todo)} frames of video {self.video!r} need labels from oracle "
+                             f"{self.oracle.name!r}, but the database is open read-only: open it "
+                             f"without --read-only to label them")
         batch = max(1, int(self.oracle.batch_size))
         own = self._bar is None
         bar = self._progress(desc or f"labelling {self.video} with {self.oracle.name}",

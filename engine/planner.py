@@ -143,7 +143,8 @@ def run_approximate(db, q: Query) -> Result:
     t0 = time.perf_counter()
     aggregate = q.kind in ("aggregate", "aggregate_budget")
     run = _run_aggregate if aggregate else _run_selection
-    with binding.cache.progress_bar(f"{q.kind} on {binding.video}: oracle calls", q.clauses.budget):
+    with binding.cache.progress_bar(f"{q.kind} on {binding.video}, calling the oracle",
+                                    q.clauses.budget):
         frame = run(binding, q, binding.sampling_seed(seed), report)
     report.seconds["total"] = time.perf_counter() - t0
     # aggregates leave the index as it is, so a SEEDed aggregate repeats exactly

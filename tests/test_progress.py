@@ -22,7 +22,7 @@ def _stderr_of(monkeypatch, stream, db_path, query) -> str:
 def test_approximate_query_shows_its_oracle_calls_on_a_terminal(traffic_db, monkeypatch):
     query = "SELECT AVG(objects('car')) FROM t ERROR WITHIN 0.5 SEED 1"
     shown = _stderr_of(monkeypatch, Terminal(), traffic_db, query)
-    assert "aggregate on t: oracle calls" in shown and "frame" in shown
+    assert "aggregate on t, calling the oracle" in shown and "frame" in shown
 
 
 def test_exact_scan_shows_progress_on_a_terminal_only(traffic_db, monkeypatch):

@@ -31,7 +31,7 @@ def print_result(result) -> None:
 def cmd_sql(args) -> int:
     import vidql
 
-    with vidql.connect(args.db) as db:
+    with vidql.connect(args.db, read_only=args.read_only) as db:
         print_result(db.sql(args.query))
     return 0
 
@@ -49,7 +49,7 @@ def cmd_load(args) -> int:
 def cmd_shell(args) -> int:
     from vidql.shell import Shell
 
-    return Shell(args.db).run()
+    return Shell(args.db, read_only=args.read_only).run()
 
 
 def cmd_demo(args) -> int:
@@ -102,6 +102,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     sh = with_db(sub.add_parser("shell", help="interactive shell with history"), "vidql.db")
     sh.set_defaults(fn=cmd_shell)
+    for reader in (s, sh):
+        reader.add_argument("--read-only", action="store_true",
+                            help="open the database for reading only, so other processes can "
+                                 "read it at the same time (no new labels or catalog changes)")
 
     b = sub.add_parser("bench", help="benchmark scenarios against their baselines")
     b.add_argument("scenario", nargs="*", help="scenario names (all when omitted)")

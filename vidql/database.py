@@ -15,6 +15,10 @@ from vidql.engine.labelcache import LabelCache
 
 
 STORE_CATALOG = "vidql_store"
+LOCK_REMEDY = ("\nDuckDB lets one process write a database file or several read it. Close the "
+               "process named above (a `vidql shell` holds the file only while a statement "
+               "runs), or open the file with --read-only (vidql.connect(..., read_only=True)) "
+               "in every process that only reads it.")
 
 
 def artifacts_dir_for(db_path: Path) -> Path:
@@ -24,9 +28,12 @@ def artifacts_dir_for(db_path: Path) -> Path:
 class Database:
     """A vidql database: a DuckDB file plus a folder of artifacts beside it.
 
-    `path=None` gives an in-memory database with a temporary artifact folder."""
+    `path=None` gives an in-memory database with a temporary artifact folder. With
+    `read_only`, several processes can open the file at once; nothing can be written
+    (no new labels, catalog changes or tables)."""
 
-    def __init__(self, path: str | Path | None = None, *, progress: bool = True):
+    def __init__(self, path: str | Path | None = None, *, progress: bool = True,
+                 read_only: bool = False):
         self._tmp = None
         if path is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="vidql-")
@@ -42,13 +49,16 @@ class Database:
             try:  # a fixed catalog name: DuckDB would name it after the file, which may clash
                 con = duckdb.connect(":memory:")  # with a video's schema (night.db, night.objects)
                 con.execute(f"ATTACH '{self.path.as_posix().replace(chr(39), chr(39) * 2)}' "
-                            f"AS {STORE_CATALOG}")
+                            f"AS {STORE_CATALOG}{' (READ_ONLY)' if read_only else ''}")
                 con.execute(f"USE {STORE_CATALOG}")
             except duckdb.Error as exc:
-                raise VidqlError(f"cannot open database '{self.path}': {exc}") from None
+                raise VidqlError(f"cannot open database '{self.path}': {exc}"
+                                 + (LOCK_REMEDY if "lock" in str(exc).lower() else "")) from None
             artifacts = artifacts_dir_for(self.path)
         self.con = con  # the user's; vidql's own statements run on a cursor of it
-        self.catalog = Catalog(self._engine_connection(con), artifacts, progress=progress)
+        self.read_only = read_only and path is not None
+        self.catalog = Catalog(self._engine_connection(con), artifacts, progress=progress,
+                               read_only=self.read_only)
         self.indexes = IndexStore(self.catalog)
         self.progress = progress
         self.last_report = None  # the report of the last query run through sql()
@@ -141,9 +151,11 @@ class Database:
         return f"<vidql.Database {where}: {len(self.catalog.video_names())} videos>"
 
 
-def connect(path: str | Path | None = None, *, progress: bool = True) -> Database:
-    """Open or create a vidql database (in memory when `path` is None)."""
-    return Database(path, progress=progress)
+def connect(path: str | Path | None = None, *, progress: bool = True,
+            read_only: bool = False) -> Database:
+    """Open or create a vidql database (in memory when `path` is None; `read_only` opens an
+    existing file for reading, which other processes may read at the same time)."""
+    return Database(path, progress=progress, read_only=read_only)
 
 
 __all__ = ["connect", "Database"]
