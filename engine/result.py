@@ -46,8 +46,12 @@ class Report:
 
     def summary(self) -> str:
         stages = ", ".join(self._stage(k, v) for k, v in self.seconds.items())
-        parts = [f"operator: {self.operator}", f"guarantee: {self.guarantee}",
-                 f"oracle calls: {self.oracle_calls}", f"cache hits: {self.cache_hits}"]
+        parts = [f"operator: {self.operator}"]
+        if self.estimated_calls is not None:  # EXPLAIN: a plan, nothing ran
+            parts.append(f"estimated oracle calls: {self.estimated_calls}")
+        else:
+            parts += [f"guarantee: {self.guarantee}", f"oracle calls: {self.oracle_calls}",
+                      f"cache hits: {self.cache_hits}"]
         if self.index:
             parts.append(f"index: {self.index}")
         parts += [self.details[k] for k in ("index_note", "note") if self.details.get(k)]

@@ -93,6 +93,8 @@ def test_a_value_without_a_sql_literal_is_a_parameter_error(bad):
         objects("car") >= bad
     with pytest.raises(ParameterError, match="min_score"):
         objects("car", min_score=bad)
+    with pytest.raises(ParameterError, match="where"):
+        V.where(bad)
 
 
 def test_numpy_scalars_and_quotes_run(traffic_db):

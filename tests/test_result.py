@@ -63,3 +63,11 @@ def test_catalog_and_plain_statements_have_no_report(traffic_db):
         assert videos.df()["name"].tolist() == ["t"]
         assert db.sql("CREATE TABLE extra AS SELECT 1 AS x").report is None
         assert np.array_equal(db.sql("SELECT x FROM extra").fetchnumpy()["x"], [1])
+
+
+def test_explain_report_shows_the_estimate_not_a_guarantee(traffic_db):
+    with vidql.connect(traffic_db, progress=False) as db:
+        plan = db.sql("EXPLAIN " + AVG)
+        summary = plan.report.summary()
+        assert f"estimated oracle calls: {plan.df()['estimated_oracle_calls'][0]}" in summary
+        assert "guarantee" not in summary and "simulated" in plan.df()["note"][0]

@@ -127,6 +127,9 @@ class VideoQuery:
 
     def where(self, condition: Expr | str) -> "VideoQuery":
         """Add a frame predicate or a frame/ts restriction (ANDed with earlier ones)."""
+        if not isinstance(condition, (Expr, str)):
+            raise ParameterError(f"where() takes an expression such as objects('car') >= 3 or "
+                                 f"SQL text, not {condition!r}")
         return replace(self, predicates=self.predicates + (str(condition),))
 
     def using(self, *, oracle: str | None = None, index: str | None = None,
