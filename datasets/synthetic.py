@@ -36,7 +36,6 @@ from vidql.engine.errors import ParameterError
 
 from .traffic_model import (CHUNK, LABELS, MIN_SIDE, MIN_VISIBLE_FRACTION, PERSON, ROW_GROUND,
                             Objects, Placements, jitter, pixel_size, simulate, timeline)
-from .traffic_render import TrafficRenderer
 
 
 class TrafficScene:
@@ -138,6 +137,8 @@ class TrafficScene:
 
     def frames(self, start: int = 0, stop: int | None = None) -> Iterator[np.ndarray]:
         """Rendered RGB frames (H x W x 3 uint8) in order; the buffer is reused, copy to keep."""
+        from .traffic_render import TrafficRenderer  # OpenCV loads only when pixels are drawn
+
         stop = self.n_frames if stop is None else min(stop, self.n_frames)
         renderer = TrafficRenderer(self)
         for f0 in range(start, stop, CHUNK):

@@ -13,7 +13,6 @@ from vidql.engine.errors import ParameterError
 
 from .synthetic import TrafficScene, progress_bar
 from .traffic_model import CHUNK
-from .traffic_render import TrafficRenderer
 
 
 class _BackgroundEncoder:
@@ -61,6 +60,8 @@ def generate_traffic(path: str | os.PathLike, n_frames: int, *, width: int = 320
     temporary file in the same folder, then renamed). Speeds are per frame; `fps` only sets
     the timestamps."""
     import av
+
+    from .traffic_render import TrafficRenderer  # OpenCV loads only when pixels are drawn
 
     if int(gop) < 1 or int(fps) < 1:
         raise ParameterError(f"gop and fps must be positive, got gop={gop}, fps={fps}")

@@ -96,7 +96,8 @@ def _quote(name: str) -> str:
 class Catalog:
     """Catalog tables over one DuckDB connection, plus the artifact folder."""
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, artifacts: Path, *, progress: bool = True):
+    def __init__(self, con: duckdb.DuckDBPyConnection, artifacts: Path, *, progress: bool = True,
+                 read_only: bool = False):
         self.con = con
         self.artifacts = Path(artifacts)
         self.artifacts.mkdir(parents=True, exist_ok=True)
@@ -104,8 +105,9 @@ class Catalog:
         self._oracles: dict[str, tuple[Oracle, tuple]] = {}  # name -> (oracle, source stats)
         self._caches: dict[tuple[str, str], LabelCache] = {}
         self._infos: dict[str, object] = {}
-        con.execute(CATALOG_SQL)
-        self._upgrade_objects_views()
+        if not read_only:  # a read-only file has its catalog tables (or is no vidql database)
+            con.execute(CATALOG_SQL)
+            self._upgrade_objects_views()
 
     # ---- transactions -------------------------------------------------------------
     def _atomic(self, statements: list[tuple[str, list]]) -> None:

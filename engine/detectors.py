@@ -1,13 +1,11 @@
-"""Built-in pixel oracles: ONNX YOLO detectors (onnxruntime) and torchvision detectors."""
+"""Built-in pixel oracles: ONNX YOLO detectors (onnxruntime) and torchvision detectors.
+torch, torchvision and cv2 load when a detector first runs, not when a cached query builds it."""
 from __future__ import annotations
 
 from pathlib import Path
 
-import cv2
 import numpy as np
 import pandas as pd
-import torch
-import torchvision
 
 from .errors import OracleError
 from .oracle import COCO_CLASSES, Oracle, detections_frame, file_digest
@@ -18,6 +16,9 @@ YOLO_INPUT_PAD = 114
 def _class_wise_nms(boxes: np.ndarray, scores: np.ndarray, classes: np.ndarray,
                     iou: float) -> np.ndarray:
     """Indices kept by per-class non-maximum suppression (torchvision's batched NMS)."""
+    import torch
+    import torchvision
+
     if len(boxes) == 0:
         return np.zeros(0, dtype=np.int64)
     keep = torchvision.ops.batched_nms(torch.from_numpy(boxes).float(),
@@ -73,6 +74,8 @@ class OnnxDetector(Oracle):
         self._grids = _yolox_grids(self.input_hw[0]) if self.input_hw[0] == self.input_hw[1] else None
 
     def _letterbox(self, frame: np.ndarray, yolox: bool) -> tuple[np.ndarray, float, tuple]:
+        import cv2
+
         h, w = frame.shape[:2]
         th, tw = self.input_hw
         r = min(th / h, tw / w)
@@ -150,6 +153,8 @@ class TorchvisionDetector(Oracle):
 
     def __init__(self, name: str, model: str, *, weights: str | None = None, score: float = 0.5,
                  batch_size: int = 4, device: str | None = None):
+        import torch
+        import torchvision
         from torchvision.models import detection
 
         builder = getattr(detection, model, None)
@@ -178,12 +183,14 @@ class TorchvisionDetector(Oracle):
         self.identity = f"torchvision:{model}:{file_digest(path)}:score={score}"
         self.sources = (path,)
 
-    @torch.inference_mode()
     def detect(self, frames: np.ndarray, frame_ids: np.ndarray) -> pd.DataFrame:
-        batch = torch.from_numpy(np.ascontiguousarray(frames)).to(self.device)
-        images = list(batch.permute(0, 3, 1, 2).float().div_(255))
+        import torch
+
+        with torch.inference_mode():
+            batch = torch.from_numpy(np.ascontiguousarray(frames)).to(self.device)
+            outputs = self.net(list(batch.permute(0, 3, 1, 2).float().div_(255)))
         rows = []
-        for frame_id, out in zip(frame_ids, self.net(images)):
+        for frame_id, out in zip(frame_ids, outputs):
             keep = out["scores"] >= self.score
             for box, label, s in zip(out["boxes"][keep].cpu().numpy(),
                                      out["labels"][keep].cpu().numpy(),

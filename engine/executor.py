@@ -1,35 +1,72 @@
 """Run parsed statements: catalog statements, plain DuckDB SQL, exact and approximate queries."""
 from __future__ import annotations
 
+import time
+from contextlib import contextmanager
+
 import duckdb
 import pandas as pd
 
 from .dialect import (AlterVideoPath, CreateIndex, CreateOracle, DropIndex, DropOracle,
                       DropVideo, LoadVideo, PlainSQL, Query, SetOracle, ShowIndexes, ShowOracles,
-                      ShowVideos, parse_script)
-from .errors import ParameterError, QueryError
+                      ShowVideos, describe, parse_script)
+from .dialect_lex import tokenize
+from .errors import CatalogError, ParameterError, QueryError
 from .exact import run_exact
 from .framestat import parse_frame_expr
+from .result import Report, Result
 
 
-def execute_script(db, text: str):
-    """Run every statement of `text` in order; return the last one's result."""
-    result = None
-    for statement in parse_script(text):
-        result = execute(db, statement)
+CATALOG_WRITES = (LoadVideo, DropVideo, CreateOracle, DropOracle, SetOracle, AlterVideoPath,
+                  CreateIndex, DropIndex)
+
+
+def execute_script(db, text: str, scope: dict | None = None):
+    """Run every statement of `text` in order; return the last one's result. Results,
+    relations and data frames among `scope` (the caller's variables) are read by name where
+    no table has that name, as DuckDB does (`r = db.sql(...)`, `db.sql("SELECT * FROM r")`)."""
+    statements = parse_script(text)
+    with _readable_results(db.catalog.con, text, scope or {}):
+        result = None
+        for statement in statements:
+            if db.read_only and isinstance(statement, CATALOG_WRITES):
+                raise CatalogError(f"the database is open read-only and this statement writes "
+                                   f"({describe(statement)}): open it without --read-only")
+            result = execute(db, statement)
     return result
 
 
-def _frame(db, df: pd.DataFrame) -> duckdb.DuckDBPyRelation:
-    return db.con.from_df(df)
+@contextmanager
+def _readable_results(con, text: str, scope: dict):
+    """Register the readable values of `scope` that `text` names and no table does, while
+    it runs."""
+    words = {tok.text.strip('"').lower() for tok in tokenize(text)}
+    named = {name: value.table if isinstance(value, Result) else value
+             for name, value in scope.items() if name.lower() in words
+             and isinstance(value, (Result, duckdb.DuckDBPyRelation, pd.DataFrame))}
+    if named:
+        tables = {row[0].lower() for row in
+                  con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
+        named = {name: value for name, value in named.items() if name.lower() not in tables}
+    for name, value in named.items():
+        con.register(name, value)
+    try:
+        yield
+    finally:
+        for name in named:
+            con.unregister(name)
 
 
-def _message(db, text: str) -> duckdb.DuckDBPyRelation:
+def _frame(db, df: pd.DataFrame) -> Result:
+    return Result.of(db.catalog.con, df)
+
+
+def _message(db, text: str) -> Result:
     return _frame(db, pd.DataFrame({"result": [text]}))
 
 
 def execute(db, stmt):
-    """Run one statement; returns a DuckDB relation (or None for statements without rows)."""
+    """Run one statement; returns a Result (None for statements without rows)."""
     if isinstance(stmt, LoadVideo):
         options = dict(stmt.options)
         rendition = options.pop("rendition", None)
@@ -78,20 +115,20 @@ def execute(db, stmt):
     if isinstance(stmt, PlainSQL):
         return _plain(db, stmt.sql)
     if isinstance(stmt, Query):
-        return _query_result(db, stmt).relation
+        return run_query(db, stmt)
     raise TypeError(f"unknown statement {stmt!r}")
 
 
-def _plain(db, sql: str):
+def _plain(db, sql: str) -> Result | None:
     try:
-        rel = db.con.sql(sql)
+        rel = db.catalog.con.sql(sql)
+        return None if rel is None else Result.of(db.catalog.con, rel)
     except duckdb.Error as exc:
         raise QueryError(f"DuckDB: {exc}", sql) from None
-    return rel
 
 
-def _query_result(db, q: Query):
-    """Run a query (exact, approximate or EXPLAIN); returns a planner.Result."""
+def run_query(db, q: Query) -> Result | None:
+    """Run a query (exact, approximate or EXPLAIN); the Result carries its report."""
     from .planner import explain, run_approximate
 
     if q.explain:
@@ -100,13 +137,11 @@ def _query_result(db, q: Query):
         result = _exact(db, q)
     else:
         result = run_approximate(db, q)
-    db.last_report = result.report
+    db.last_report = None if result is None else result.report
     return result
 
 
 def _exact(db, q: Query):
-    from .planner import Report, Result
-
     videos = db.catalog.video_names()
     lower = {v.lower(): v for v in videos}
     uses_functions = bool(parse_frame_expr(q.sql).functions)
@@ -123,8 +158,12 @@ def _exact(db, q: Query):
     if single is not None and q.frame_range is not None and single.split(".")[0].lower() in lower:
         lo, hi = q.frame_range
         ranges[lower[single.split(".")[0].lower()]] = (lo, None if hi is None else hi + 1)
+    t0 = time.perf_counter()
     relation, stats = run_exact(db.catalog, q.sql, read, ranges, oracle=q.clauses.oracle)
     report = Report(operator="exact", video=", ".join(read) or None,
                     oracle=q.clauses.oracle, guarantee="exact")
+    report.seconds["total"] = time.perf_counter() - t0
     report.add_stats(stats)
-    return Result(relation, report)
+    costs = {db.catalog.label_cache(v, q.clauses.oracle).oracle.simulated_cost_ms for v in read}
+    report.simulated_cost_ms = costs.pop() if len(costs) == 1 else None
+    return None if relation is None else Result(db.catalog.con, relation.to_arrow_table(), report)

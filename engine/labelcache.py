@@ -7,6 +7,7 @@ frame is sent to the oracle twice. A killed process loses at most the batch in f
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -67,6 +68,9 @@ class LabelCache:
         self.frame_batches = frame_batches
         self.progress = progress
         self.stats = LabelStats()
+        self._bar = None  # a query's progress bar while one is open
+        self.read_only = con.execute("SELECT readonly FROM duckdb_databases() "
+                                     "WHERE database_name = current_database()").fetchall()[0][0]
         done = con.execute("SELECT frame FROM vidql.labelled WHERE video = ? AND oracle = ?",
                            [video, oracle.identity]).fetchnumpy()["frame"]
         self._labelled = np.zeros(n_frames, dtype=bool)
@@ -93,9 +97,14 @@ class LabelCache:
         self.stats.cache_hits += len(unique) - len(todo)
         if len(todo) == 0:
             return
+        if self.read_only:
+            raise VidqlError(f"{len(todo)} frames of video {self.video!r} need labels from oracle "
+                             f"{self.oracle.name!r}, but the database is open read-only: open it "
+                             f"without --read-only to label them")
         batch = max(1, int(self.oracle.batch_size))
-        bar = tqdm(total=len(todo), desc=desc or f"labelling {self.video} with {self.oracle.name}",
-                   unit="frame", disable=not self.progress or len(todo) < 2 * batch, leave=False)
+        own = self._bar is None
+        bar = self._progress(desc or f"labelling {self.video} with {self.oracle.name}",
+                             len(todo)) if own else self._bar
         try:
             if not self.oracle.needs_pixels:
                 for start in range(0, len(todo), batch):
@@ -110,7 +119,23 @@ class LabelCache:
                     bar.update(len(ids))
                     t0 = time.perf_counter()
         finally:
-            bar.close()
+            if own:
+                bar.close()
+
+    def _progress(self, desc: str, total: int | None) -> tqdm:
+        """A bar on stderr, drawn only on a terminal (and when the cache shows progress)."""
+        return tqdm(total=total, desc=desc, unit="frame", leave=False,
+                    disable=None if self.progress else True)
+
+    @contextmanager
+    def progress_bar(self, desc: str, total: int | None = None):
+        """One bar over every frame the oracle labels inside (an approximate query's calls)."""
+        self._bar = self._progress(desc, total)
+        try:
+            yield self._bar
+        finally:
+            self._bar.close()
+            self._bar = None
 
     def _label_batch(self, ids: np.ndarray, pixels: np.ndarray | None, wait: float) -> None:
         """Run the oracle on one batch and commit its labels before anything uses them."""

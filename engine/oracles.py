@@ -115,12 +115,13 @@ def changed_sources(old_identity: str, oracle: Oracle) -> list[str]:
 
 def make_oracle(name: str, kind: str, source: str, options: dict | None = None) -> Oracle:
     """Build an oracle from its catalog entry (kind is one of ORACLE_KINDS)."""
-    from .detectors import OnnxDetector, TorchvisionDetector
-
     options = dict(options or {})
     kind = kind.upper()
-    builders = {"ONNX": OnnxDetector, "TORCHVISION": TorchvisionDetector,
-                "LABELS": LabelsOracle, "PYTHON": PythonOracle}
+    builders = {"LABELS": LabelsOracle, "PYTHON": PythonOracle}
+    if kind in ("ONNX", "TORCHVISION"):  # their libraries load only for them
+        from .detectors import OnnxDetector, TorchvisionDetector
+
+        builders.update(ONNX=OnnxDetector, TORCHVISION=TorchvisionDetector)
     if kind not in builders:
         raise OracleError(f"unknown oracle kind {kind!r}; use one of {', '.join(ORACLE_KINDS)}")
     try:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 import zlib
-from dataclasses import asdict, dataclass, field
 
 import duckdb
 import numpy as np
@@ -14,7 +13,8 @@ from .catalog import _quote
 from .dialect import Query
 from .errors import CatalogError, QueryError
 from .framestat import FrameExpr, is_predicate, parse_frame_expr
-from .labelcache import LabelCache, LabelStats
+from .labelcache import LabelCache
+from .result import Report, Result
 
 OPERATORS = {
     "aggregate": "aggregate with error bound (betting confidence sequence; control variates "
@@ -25,57 +25,6 @@ OPERATORS = {
     "select_precision": "SUPG selection with a precision target",
     "rare": "EZMODE rare-event search",
 }
-
-
-@dataclass
-class Report:
-    """What a query did and cost: operator, oracle calls, cache hits, seconds per stage."""
-
-    operator: str
-    video: str | None = None
-    oracle: str | None = None
-    index: str | None = None
-    guarantee: str = ""
-    oracle_calls: int = 0
-    cache_hits: int = 0
-    oracle_seconds: float = 0.0
-    seconds: dict = field(default_factory=dict)
-    estimated_calls: int | None = None
-    estimated_seconds: float | None = None
-    seed: int | None = None
-    details: dict = field(default_factory=dict)
-
-    def add_stats(self, stats: LabelStats) -> None:
-        self.oracle_calls += stats.oracle_calls
-        self.cache_hits += stats.cache_hits
-        self.oracle_seconds += stats.oracle_seconds
-        self.seconds["oracle"] = self.seconds.get("oracle", 0.0) + stats.oracle_seconds
-        self.seconds["decode"] = self.seconds.get("decode", 0.0) + stats.decode_seconds
-
-    def summary(self) -> str:
-        stages = ", ".join(f"{k} {v:.2f}s" for k, v in self.seconds.items())
-        parts = [f"operator: {self.operator}", f"guarantee: {self.guarantee}",
-                 f"oracle calls: {self.oracle_calls}", f"cache hits: {self.cache_hits}"]
-        if self.index:
-            parts.append(f"index: {self.index}")
-        parts += [self.details[k] for k in ("index_note", "note") if self.details.get(k)]
-        if self.seed is not None:
-            parts.append(f"seed: {self.seed}")
-        return " | ".join(parts) + (f"\nseconds: {stages}" if stages else "")
-
-    def as_dict(self) -> dict:
-        return asdict(self)
-
-
-@dataclass
-class Result:
-    """A query's rows as a DuckDB relation, plus its report."""
-
-    relation: duckdb.DuckDBPyRelation
-    report: Report
-
-    def df(self) -> pd.DataFrame:
-        return self.relation.df()
 
 
 class Binding:
@@ -112,7 +61,7 @@ class Binding:
         if q.restriction:
             sql += f" WHERE {q.restriction}"
         try:
-            frames = db.con.execute(sql + " ORDER BY frame").fetchnumpy()["frame"]
+            frames = db.catalog.con.execute(sql + " ORDER BY frame").fetchnumpy()["frame"]
         except duckdb.Error as exc:
             raise QueryError(f"cannot apply the frame restriction {q.restriction!r}: {exc}",
                              q.text, max(q.text.find(q.restriction or ""), 0)) from None
@@ -136,7 +85,7 @@ class Binding:
         return lambda positions: values(positions)[0]
 
     def timestamps(self, frames: np.ndarray) -> np.ndarray:
-        ts = self.db.con.execute(f"SELECT ts FROM main.{_quote(self.video)} ORDER BY frame"
+        ts = self.db.catalog.con.execute(f"SELECT ts FROM main.{_quote(self.video)} ORDER BY frame"
                                  ).fetchnumpy()["ts"]
         return np.asarray(ts)[frames]
 
@@ -194,15 +143,16 @@ def run_approximate(db, q: Query) -> Result:
     t0 = time.perf_counter()
     aggregate = q.kind in ("aggregate", "aggregate_budget")
     run = _run_aggregate if aggregate else _run_selection
-    frame = run(binding, q, binding.sampling_seed(seed), report)
+    with binding.cache.progress_bar(f"{q.kind} on {binding.video}, calling the oracle",
+                                    q.clauses.budget):
+        frame = run(binding, q, binding.sampling_seed(seed), report)
     report.seconds["total"] = time.perf_counter() - t0
     # aggregates leave the index as it is, so a SEEDed aggregate repeats exactly
     binding.finish(report, crack=not aggregate)
     if "oracle_calls" in frame.columns:  # real calls; cached labels the operator used are hits
         frame["oracle_calls"] = report.oracle_calls
-    if binding.cache.oracle.simulated_cost_ms is not None:
-        report.details["oracle_seconds"] = "simulated: cost_ms per call"
-    return Result(db.con.from_df(frame), report)
+    report.simulated_cost_ms = binding.cache.oracle.simulated_cost_ms
+    return Result.of(db.catalog.con, frame, report)
 
 
 def _aggregate_frame(result, scale: float, confidence: float, groups=None) -> pd.DataFrame:
@@ -234,7 +184,6 @@ def _run_aggregate(b: Binding, q: Query, seed: int, report: Report) -> pd.DataFr
     # gain (an empirical Bernstein bound is dominated by its range term here)
     common = dict(error=c.error, relative=c.error_relative, confidence=conf, seed=seed,
                   max_samples=c.budget, bound="betting")
-    error_kind = "relative" if c.error_relative else "absolute"
     if agg.func == "avg" and pred is not None:
         result = queries.aggregate_ratio_error_bound(b.n, _pair(b, stat, pred),
                                                      value_range=_value_range(stat, report),
@@ -255,8 +204,13 @@ def _run_aggregate(b: Binding, q: Query, seed: int, report: Report) -> pd.DataFr
                                                value_range=_value_range(target, report), **common)
         scale = 1.0 if agg.func == "avg" else float(b.n)
     report.operator = f"aggregate ({result.method})"
-    report.guarantee = (f"{agg.func.upper()} within {c.error:g}{' (relative)' if c.error_relative else ' per frame'}"
-                        f" at {conf:.0%} confidence ({error_kind} error)")
+    if c.error_relative:
+        bound = f"±{c.error * 100:g}% (relative error)"
+    elif agg.func == "avg":
+        bound = f"±{c.error:g} (absolute error)"
+    else:  # the bound holds for the per-frame mean; the total scales it by the frame count
+        bound = f"±{c.error:g} per frame, ±{c.error * b.n:g} in total (absolute error)"
+    report.guarantee = f"{agg.func.upper()} within {bound} at {conf:.0%} confidence"
     return _aggregate_frame(result, scale, conf)
 
 
@@ -373,16 +327,20 @@ def explain(db, q: Query) -> Result:
         report = b.report(OPERATORS[q.kind])
         calls = _estimate_approximate(b, q, report)
         oracle = b.cache.oracle
+        report.simulated_cost_ms = oracle.simulated_cost_ms
         ms = oracle.simulated_cost_ms if oracle.simulated_cost_ms is not None else \
             db.catalog.measured_ms_per_frame(oracle.identity)
         report.estimated_seconds = None if ms is None else calls * ms / 1000
+        if oracle.simulated_cost_ms is not None:
+            report.details["seconds"] = "seconds simulated from the oracle's cost_ms"
     report.estimated_calls = int(calls)
     row = {"operator": report.operator, "video": report.video, "oracle": report.oracle,
            "index": report.index, "estimated_oracle_calls": report.estimated_calls,
            "estimated_seconds": report.estimated_seconds,
            "note": "; ".join(filter(None, [report.details.get("estimate"),
+                                           report.details.get("seconds"),
                                            report.details.get("index_note")]))}
-    return Result(db.con.from_df(pd.DataFrame([row])), report)
+    return Result.of(db.catalog.con, pd.DataFrame([row]), report)
 
 
 def _estimate_exact(db, q: Query, report: Report) -> int:

@@ -14,7 +14,6 @@ from __future__ import annotations
 from typing import Callable
 
 import numpy as np
-from sklearn.linear_model import LogisticRegression
 
 from vidql.engine.errors import ParameterError
 
@@ -147,6 +146,8 @@ def find_rare(embeddings: np.ndarray, predicate: Callable[[np.ndarray], np.ndarr
             train_pos = _easy_half(pos, scores, radius)
             x = np.concatenate([emb[train_pos], emb[neg]])
             y = np.concatenate([np.ones(train_pos.size), np.zeros(neg.size)])
+            from sklearn.linear_model import LogisticRegression  # loads in ~1.5 s: only here
+
             model = LogisticRegression(C=regularization, class_weight="balanced", max_iter=500)
             model.fit(x, y)
             scores = np.full(n, -np.inf)

@@ -69,3 +69,25 @@ def oracle_module(tmp_path, monkeypatch):
 
     yield vq_test_oracle
     sys.modules.pop("vq_test_oracle", None)
+
+
+@pytest.fixture(scope="session")
+def small_traffic(tmp_path_factory) -> tuple[Path, Path]:
+    """(video, labels) of a 300-frame synthetic traffic video (seed 1)."""
+    from vidql.datasets import ensure_traffic
+
+    return ensure_traffic(tmp_path_factory.mktemp("traffic"), 300, seed=1)
+
+
+@pytest.fixture()
+def traffic_db(small_traffic, tmp_path) -> Path:
+    """A database file with the small traffic video `t` and its LABELS oracle `truth`
+    (a simulated 40 ms a frame), nothing labelled yet."""
+    import vidql
+
+    video, labels = small_traffic
+    path = tmp_path / "traffic.db"
+    with vidql.connect(path, progress=False) as db:
+        db.sql(f"LOAD VIDEO '{video}' AS t; CREATE ORACLE truth FROM LABELS '{labels}' "
+               "WITH (cost_ms = 40); SET ORACLE t = truth")
+    return path

@@ -2,9 +2,13 @@
 from __future__ import annotations
 
 import io
+import re
 import subprocess
 import sys
 
+import pytest
+
+import vidql
 from vidql.cli import main
 from vidql.shell import Shell
 
@@ -38,3 +42,24 @@ def test_console_script_lists_scenarios():
     out = subprocess.run([sys.executable, "-m", "vidql", "bench", "--list"],
                          capture_output=True, text=True, check=True).stdout
     assert "decode-only" in out and "oracle" in out
+
+
+def test_sql_prints_the_guarantee_and_oracle_calls(traffic_db, capsys):
+    query = "SELECT AVG(objects('car')) FROM t ERROR WITHIN 10% CONFIDENCE 95% SEED 3"
+    assert main(["sql", query, "--db", str(traffic_db)]) == 0
+    out = capsys.readouterr().out
+    assert "guarantee: AVG within ±10% (relative error) at 95% confidence" in out
+    assert "operator: aggregate" in out and "(relative) " not in out
+    calls = int(re.search(r"oracle calls: (\d+)", out).group(1))
+    with vidql.connect(traffic_db, progress=False) as db:  # a fresh database: every call new
+        assert calls == db.con.execute("SELECT count(*) FROM vidql.labelled").fetchall()[0][0] > 0
+    simulated = re.search(r"oracle ([\d.]+)s simulated \(40 ms a call", out)
+    assert simulated and float(simulated.group(1)) == pytest.approx(calls * 0.04, abs=0.01)
+    total = main(["sql", "SELECT SUM(objects('car')) FROM t ERROR WITHIN 0.5 SEED 3; "
+                         "SELECT count(*) AS n FROM t", "--db", str(traffic_db)])
+    out = capsys.readouterr().out
+    assert total == 0 and "guarantee: exact" in out and "cache hits: 0" in out  # the last one
+    assert main(["sql", "SELECT SUM(objects('car')) FROM t ERROR WITHIN 0.5 SEED 3",
+                 "--db", str(traffic_db)]) == 0
+    assert ("guarantee: SUM within ±0.5 per frame, ±150 in total (absolute error) at 95% "
+            "confidence") in capsys.readouterr().out

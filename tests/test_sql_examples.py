@@ -169,7 +169,7 @@ def test_python_api_mirrors_sql(night):
     by_api = video.using(seed=21).aggregate("avg", objects("car"), error=0.5, confidence=0.95)
     by_sql = db.sql("SELECT AVG(objects('car')) FROM night ERROR WITHIN 0.5 CONFIDENCE 95% SEED 21").df()
     assert by_api.df()["estimate"][0] == by_sql["estimate"][0]
-    assert by_api.report.guarantee.startswith("AVG within 0.5")
+    assert by_api.report.guarantee.startswith("AVG within ±0.5 (absolute error)")
     assert by_api.relation.columns == ["estimate", "ci_low", "ci_high", "confidence",
                                        "oracle_calls", "frames"]
     bus = set(np.flatnonzero(true_values(truth, "contains('bus')") > 0))

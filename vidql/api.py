@@ -4,18 +4,55 @@
     db.video("night").aggregate("avg", objects("car"), error=0.1, confidence=0.95)
 
 Each call builds the equivalent dialect statement and runs it through the same parser and
-planner as `db.sql`, so both front ends have one meaning. Results carry `.df()`,
-`.relation` and `.report`.
+planner as `db.sql`, so both front ends have one meaning and return the same Result
+(engine/result.py): it reads like a DuckDB relation and carries `.report`.
 """
 from __future__ import annotations
 
+import math
+import numbers
 from dataclasses import dataclass, replace
+
+import numpy as np
 
 from vidql.engine.errors import ParameterError
 
 
-def _sql_string(value: str) -> str:
-    return "'" + str(value).replace("'", "''") + "'"
+def sql_literal(value) -> str:
+    """A Python value (numpy scalars included) as a SQL literal: numbers, strings, booleans,
+    None; an Expr is its SQL text."""
+    if isinstance(value, Expr):
+        return value.sql
+    if value is None:
+        return "NULL"
+    if isinstance(value, (bool, np.bool_)):
+        return "TRUE" if value else "FALSE"
+    if isinstance(value, numbers.Integral):
+        return str(int(value))
+    if isinstance(value, numbers.Real):
+        if not math.isfinite(float(value)):
+            raise ParameterError(f"{value!r} has no SQL literal: give a finite number")
+        return repr(float(value))
+    if isinstance(value, str):
+        return "'" + value.replace("'", "''") + "'"
+    raise ParameterError(f"{value!r} ({type(value).__name__}) cannot be written as a SQL value: "
+                         f"give a number, a string, a boolean or an expression such as objects('car')")
+
+
+def _number(name: str, value) -> str:
+    """A numeric argument as a SQL literal, or a ParameterError naming it."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real) \
+            or not math.isfinite(float(value)):
+        raise ParameterError(f"{name} must be a finite number, got {value!r}")
+    return sql_literal(value)
+
+
+def _integer(name: str, value) -> str:
+    """An integer argument (numpy integers and integral floats too) as a SQL literal."""
+    _number(name, value)
+    if float(value) != int(value):
+        raise ParameterError(f"{name} must be a whole number, got {value!r}")
+    return str(int(value))
 
 
 @dataclass(frozen=True)
@@ -25,8 +62,7 @@ class Expr:
     sql: str
 
     def _bin(self, op: str, other) -> "Expr":
-        rhs = other.sql if isinstance(other, Expr) else repr(other)
-        return Expr(f"({self.sql} {op} {rhs})")
+        return Expr(f"({self.sql} {op} {sql_literal(other)})")
 
     def __ge__(self, o): return self._bin(">=", o)
     def __gt__(self, o): return self._bin(">", o)
@@ -37,6 +73,9 @@ class Expr:
     def __add__(self, o): return self._bin("+", o)
     def __sub__(self, o): return self._bin("-", o)
     def __mul__(self, o): return self._bin("*", o)
+    def __radd__(self, o): return Expr(f"({sql_literal(o)} + {self.sql})")
+    def __rsub__(self, o): return Expr(f"({sql_literal(o)} - {self.sql})")
+    def __rmul__(self, o): return Expr(f"({sql_literal(o)} * {self.sql})")
     def __and__(self, o): return self._bin("AND", o)
     def __or__(self, o): return self._bin("OR", o)
     def __invert__(self): return Expr(f"(NOT {self.sql})")
@@ -46,19 +85,33 @@ class Expr:
         return self.sql
 
 
+def _call(kind: str, label: str | None, min_score) -> Expr:
+    if label is not None and not isinstance(label, str):
+        raise ParameterError(f"{kind}() takes a class name string, got {label!r}")
+    arg = "*" if label is None else sql_literal(label)
+    score = "" if min_score is None else ", " + _number("min_score", min_score)
+    return Expr(f"{kind}({arg}{score})")
+
+
 def objects(label: str | None = None, min_score: float | None = None) -> Expr:
     """Number of detections of `label` (any class when None) with score >= min_score."""
-    arg = "*" if label is None else _sql_string(label)
-    return Expr(f"objects({arg}{'' if min_score is None else f', {min_score!r}'})")
+    return _call("objects", label, min_score)
 
 
 def contains(label: str, min_score: float | None = None) -> Expr:
     """Whether the frame has at least one `label` detection."""
-    return Expr(f"contains({_sql_string(label)}{'' if min_score is None else f', {min_score!r}'})")
+    if label is None:
+        raise ParameterError("contains() takes a class name, e.g. contains('bus')")
+    return _call("contains", label, min_score)
 
 
-def _pct(value: float) -> str:
-    return repr(float(value))
+def _optional(clause: str, name: str, value) -> str:
+    """`CLAUSE n` for an integer argument given, nothing for None (the SQL default)."""
+    return "" if value is None else f"{clause} {_integer(name, value)}"
+
+
+def _confidence(value) -> str:
+    return "" if value is None else f"CONFIDENCE {_number('confidence', value)}"
 
 
 @dataclass(frozen=True)
@@ -74,6 +127,9 @@ class VideoQuery:
 
     def where(self, condition: Expr | str) -> "VideoQuery":
         """Add a frame predicate or a frame/ts restriction (ANDed with earlier ones)."""
+        if not isinstance(condition, (Expr, str)):
+            raise ParameterError(f"where() takes an expression such as objects('car') >= 3 or "
+                                 f"SQL text, not {condition!r}")
         return replace(self, predicates=self.predicates + (str(condition),))
 
     def using(self, *, oracle: str | None = None, index: str | None = None,
@@ -88,7 +144,7 @@ class VideoQuery:
         if self.index:
             parts.append(f"USING INDEX {self.index}")
         if self.seed is not None:
-            parts.append(f"SEED {int(self.seed)}")
+            parts.append(f"SEED {_integer('seed', self.seed)}")
         return " ".join(parts)
 
     def _where(self) -> str:
@@ -96,17 +152,18 @@ class VideoQuery:
 
     def _run(self, sql: str):
         from vidql.engine.dialect import parse
-        from vidql.engine.executor import _query_result
+        from vidql.engine.executor import run_query
 
-        return _query_result(self.db, parse(sql))
+        return run_query(self.db, parse(sql))
 
-    def to_sql(self, kind: str, **kw) -> str:
-        """The dialect statement a terminal call runs (for display and tests)."""
-        return getattr(self, f"_{kind}_sql")(**kw)
+    def to_sql(self, kind: str, *args, **kw) -> str:
+        """The dialect statement a terminal call runs: kind is aggregate, limit, select,
+        rare or exact, with that call's arguments (for display and tests)."""
+        return getattr(self, f"_{kind}_sql")(*args, **kw)
 
     def _aggregate_sql(self, func, statistic=None, *, error=None, relative=False,
-                       confidence=0.95, budget=None, group_by=None) -> str:
-        func = func.lower()
+                       confidence=None, budget=None, group_by=None) -> str:
+        func = func.lower() if isinstance(func, str) else func
         if func not in ("avg", "sum", "count"):
             raise ParameterError(f"aggregate must be avg, sum or count, not {func!r}")
         arg = "*" if statistic is None else str(statistic)
@@ -117,51 +174,56 @@ class VideoQuery:
             group = f" GROUP BY {group_by}"
         clauses = []
         if error is not None:
-            clauses.append(f"ERROR WITHIN {error * 100!r}%" if relative else f"ERROR WITHIN {error!r}")
+            value = _number("error", error)
+            clauses.append(f"ERROR WITHIN {sql_literal(round(float(error) * 100, 12))}%"
+                           if relative else f"ERROR WITHIN {value}")
         if budget is not None:
-            clauses.append(f"ORACLE BUDGET {int(budget)}")
-        clauses.append(f"CONFIDENCE {_pct(confidence)}")
+            clauses.append(f"ORACLE BUDGET {_integer('budget', budget)}")
+        clauses.append(_confidence(confidence))
         return f"SELECT {select} FROM {self.video}{self._where()}{group} {self._tail(*clauses)}"
 
     def aggregate(self, func: str, statistic: Expr | str | None = None, *, error: float | None = None,
-                  relative: bool = False, confidence: float = 0.95, budget: int | None = None,
+                  relative: bool = False, confidence: float | None = None, budget: int | None = None,
                   group_by: Expr | str | None = None):
         """AVG/SUM/COUNT with `error` (ERROR WITHIN) or under `budget` (ORACLE BUDGET)."""
         return self._run(self._aggregate_sql(func, statistic, error=error, relative=relative,
                                              confidence=confidence, budget=budget,
                                              group_by=group_by))
 
-    def _limit_sql(self, n, gap=0, budget=None) -> str:
-        tail = self._tail(f"GAP {int(gap)}", f"ORACLE BUDGET {int(budget)}" if budget else "")
-        return f"SELECT frame, ts FROM {self.video}{self._where()} LIMIT {int(n)} {tail}"
+    def _limit_sql(self, n, gap=None, budget=None) -> str:
+        tail = self._tail(_optional("GAP", "gap", gap), _optional("ORACLE BUDGET", "budget", budget))
+        return f"SELECT frame, ts FROM {self.video}{self._where()} LIMIT {_integer('n', n)} {tail}"
 
-    def limit(self, n: int, *, gap: int = 0, budget: int | None = None):
+    def limit(self, n: int, *, gap: int | None = None, budget: int | None = None):
         """Up to `n` oracle-confirmed frames matching the predicate, `gap` frames apart."""
         return self._run(self._limit_sql(n, gap, budget))
 
-    def _select_sql(self, recall=None, precision=None, confidence=0.95, budget=1000) -> str:
+    def _select_sql(self, recall=None, precision=None, confidence=None, budget=None) -> str:
         if (recall is None) == (precision is None):
             raise ParameterError("select() takes exactly one of recall= or precision=")
-        target = f"RECALL TARGET {_pct(recall)}" if recall is not None else \
-            f"PRECISION TARGET {_pct(precision)}"
-        tail = self._tail(target, f"CONFIDENCE {_pct(confidence)}", f"ORACLE BUDGET {int(budget)}")
+        target = f"RECALL TARGET {_number('recall', recall)}" if recall is not None else \
+            f"PRECISION TARGET {_number('precision', precision)}"
+        tail = self._tail(target, _confidence(confidence),
+                          _optional("ORACLE BUDGET", "budget", budget))
         return f"SELECT frame, ts FROM {self.video}{self._where()} {tail}"
 
     def select(self, *, recall: float | None = None, precision: float | None = None,
-               confidence: float = 0.95, budget: int = 1000):
+               confidence: float | None = None, budget: int | None = None):
         """Frames matching the predicate with a recall or precision guarantee (SUPG)."""
         return self._run(self._select_sql(recall, precision, confidence, budget))
 
-    def _rare_sql(self, budget=500) -> str:
-        tail = self._tail("FIND RARE", f"ORACLE BUDGET {int(budget)}")
+    def _rare_sql(self, budget=None) -> str:
+        tail = self._tail("FIND RARE", _optional("ORACLE BUDGET", "budget", budget))
         return f"SELECT frame, ts FROM {self.video}{self._where()} {tail}"
 
-    def find_rare(self, *, budget: int = 500):
+    def find_rare(self, *, budget: int | None = None):
         """As many distinct frames matching a rare predicate as `budget` labels find."""
         return self._run(self._rare_sql(budget))
 
+    def _exact_sql(self, *columns) -> str:
+        cols = ", ".join(str(c) for c in columns) or "frame, ts"
+        return f"SELECT {cols} FROM {self.video}{self._where()} {self._tail()}".rstrip()
+
     def exact(self, *columns: Expr | str):
         """Run exactly (every needed frame through the oracle) and return the rows."""
-        cols = ", ".join(str(c) for c in columns) or "frame, ts"
-        return self._run(f"SELECT {cols} FROM {self.video}{self._where()} "
-                         f"{self._tail()}".rstrip())
+        return self._run(self._exact_sql(*columns))

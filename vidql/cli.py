@@ -20,24 +20,19 @@ def _shared_dir() -> Path | None:
 
 
 def print_result(result) -> None:
-    """Print a DuckDB relation (or a vidql Result) as a readable table."""
+    """Print a Result as a readable table, followed by its report when it has one."""
     if result is None:
         return
-    rel = getattr(result, "relation", result)
-    rel.show(max_width=160, max_rows=40)
-    report = getattr(result, "report", None)
-    if report is not None:
-        print(report.summary())
+    result.relation.show(max_width=160, max_rows=40)
+    if result.report is not None:
+        print(result.report.summary())
 
 
 def cmd_sql(args) -> int:
     import vidql
 
-    with vidql.connect(args.db) as db:
+    with vidql.connect(args.db, read_only=args.read_only) as db:
         print_result(db.sql(args.query))
-        report = getattr(db, "last_report", None)
-        if report is not None and not hasattr(report, "summary"):
-            print(report)
     return 0
 
 
@@ -54,7 +49,7 @@ def cmd_load(args) -> int:
 def cmd_shell(args) -> int:
     from vidql.shell import Shell
 
-    return Shell(args.db).run()
+    return Shell(args.db, read_only=args.read_only).run()
 
 
 def cmd_demo(args) -> int:
@@ -107,6 +102,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     sh = with_db(sub.add_parser("shell", help="interactive shell with history"), "vidql.db")
     sh.set_defaults(fn=cmd_shell)
+    for reader in (s, sh):
+        reader.add_argument("--read-only", action="store_true",
+                            help="open the database for reading only, so other processes can "
+                                 "read it at the same time (no new labels or catalog changes)")
 
     b = sub.add_parser("bench", help="benchmark scenarios against their baselines")
     b.add_argument("scenario", nargs="*", help="scenario names (all when omitted)")

@@ -1,6 +1,7 @@
 """`vidql.connect()` and the Database: the public face over the catalog and the executor."""
 from __future__ import annotations
 
+import inspect
 import tempfile
 from pathlib import Path
 
@@ -14,6 +15,10 @@ from vidql.engine.labelcache import LabelCache
 
 
 STORE_CATALOG = "vidql_store"
+LOCK_REMEDY = ("\nDuckDB lets one process write a database file or several read it. Close the "
+               "process named above (a `vidql shell` holds the file only while a statement "
+               "runs), or open the file with --read-only (vidql.connect(..., read_only=True)) "
+               "in every process that only reads it.")
 
 
 def artifacts_dir_for(db_path: Path) -> Path:
@@ -23,9 +28,12 @@ def artifacts_dir_for(db_path: Path) -> Path:
 class Database:
     """A vidql database: a DuckDB file plus a folder of artifacts beside it.
 
-    `path=None` gives an in-memory database with a temporary artifact folder."""
+    `path=None` gives an in-memory database with a temporary artifact folder. With
+    `read_only`, several processes can open the file at once; nothing can be written
+    (no new labels, catalog changes or tables)."""
 
-    def __init__(self, path: str | Path | None = None, *, progress: bool = True):
+    def __init__(self, path: str | Path | None = None, *, progress: bool = True,
+                 read_only: bool = False):
         self._tmp = None
         if path is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="vidql-")
@@ -41,19 +49,31 @@ class Database:
             try:  # a fixed catalog name: DuckDB would name it after the file, which may clash
                 con = duckdb.connect(":memory:")  # with a video's schema (night.db, night.objects)
                 con.execute(f"ATTACH '{self.path.as_posix().replace(chr(39), chr(39) * 2)}' "
-                            f"AS {STORE_CATALOG}")
+                            f"AS {STORE_CATALOG}{' (READ_ONLY)' if read_only else ''}")
                 con.execute(f"USE {STORE_CATALOG}")
             except duckdb.Error as exc:
-                raise VidqlError(f"cannot open database '{self.path}': {exc}") from None
+                raise VidqlError(f"cannot open database '{self.path}': {exc}"
+                                 + (LOCK_REMEDY if "lock" in str(exc).lower() else "")) from None
             artifacts = artifacts_dir_for(self.path)
-        self.con = con
-        self.catalog = Catalog(con, artifacts, progress=progress)
+        self.con = con  # the user's; vidql's own statements run on a cursor of it
+        self.read_only = read_only and path is not None
+        self.catalog = Catalog(self._engine_connection(con), artifacts, progress=progress,
+                               read_only=self.read_only)
         self.indexes = IndexStore(self.catalog)
         self.progress = progress
         self.last_report = None  # the report of the last query run through sql()
 
+    def _engine_connection(self, con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
+        """A connection of its own for vidql's statements (catalog, labels, queries), so a
+        result the user leaves open on `self.con` never blocks them."""
+        engine = con.cursor()
+        if self.path is not None:
+            engine.execute(f"USE {STORE_CATALOG}")
+        return engine
+
     # ---- lifecycle ----------------------------------------------------------------
     def close(self) -> None:
+        self.catalog.con.close()
         self.con.close()
         if self._tmp is not None:
             self._tmp.cleanup()
@@ -134,19 +154,23 @@ class Database:
         return VideoQuery(self, self.catalog.video_row(name)["name"])
 
     def sql(self, query: str):
-        """Run one statement or a `;`-separated script; returns the last result."""
+        """Run one statement or a `;`-separated script; returns the last one's Result (None
+        for a statement without rows). The caller's Result variables read as tables by name."""
         from vidql.engine.executor import execute_script
 
-        return execute_script(self, query)
+        caller = inspect.currentframe().f_back
+        return execute_script(self, query, {**caller.f_globals, **caller.f_locals})
 
     def __repr__(self) -> str:
         where = "in memory" if self.path is None else str(self.path)
         return f"<vidql.Database {where}: {len(self.catalog.video_names())} videos>"
 
 
-def connect(path: str | Path | None = None, *, progress: bool = True) -> Database:
-    """Open or create a vidql database (in memory when `path` is None)."""
-    return Database(path, progress=progress)
+def connect(path: str | Path | None = None, *, progress: bool = True,
+            read_only: bool = False) -> Database:
+    """Open or create a vidql database (in memory when `path` is None; `read_only` opens an
+    existing file for reading, which other processes may read at the same time)."""
+    return Database(path, progress=progress, read_only=read_only)
 
 
 __all__ = ["connect", "Database"]

@@ -41,7 +41,6 @@ def run_demo(db_path: str | None, cache_dir: Path, n_frames: int = 4000) -> int:
                       "USING ORACLE reference"):
             print(f"\n> {query}")
             print_result(db.sql(query))
-            print(db.last_report.summary())
 
         print("\n== Building a TASTI index")
         index_sql = (f"CREATE INDEX traffic_idx ON traffic USING TASTI WITH "

@@ -78,9 +78,9 @@ def run_showcase(db, queries: list[ShowcaseQuery], exact_oracle: str, show=None)
     for q in queries:
         plan = db.sql("EXPLAIN " + q.approximate).df().iloc[0]
         t0 = time.perf_counter()
-        approx = db.sql(q.approximate).df()
+        result = db.sql(q.approximate)
         seconds = time.perf_counter() - t0
-        report = db.last_report
+        approx, report = result.df(), result.report
         if show is not None:
             show(q, approx, report)
         exact = db.sql(f"{q.exact} USING ORACLE {exact_oracle}").df()

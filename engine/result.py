@@ -1,0 +1,124 @@
+"""What `db.sql()` and the Python builder return: a statement's rows, read like a DuckDB
+relation, with the report of what the statement did and cost."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import duckdb
+    import pyarrow as pa
+
+    from .labelcache import LabelStats
+
+
+@dataclass
+class Report:
+    """What a query did and cost: operator, oracle calls, cache hits, seconds per stage."""
+
+    operator: str
+    video: str | None = None
+    oracle: str | None = None
+    index: str | None = None
+    guarantee: str = ""
+    oracle_calls: int = 0
+    cache_hits: int = 0
+    oracle_seconds: float = 0.0
+    seconds: dict = field(default_factory=dict)
+    estimated_calls: int | None = None
+    estimated_seconds: float | None = None
+    seed: int | None = None
+    details: dict = field(default_factory=dict)
+    simulated_cost_ms: float | None = None  # the oracle's stated cost (LABELS cost_ms), if any
+
+    def add_stats(self, stats: LabelStats) -> None:
+        self.oracle_calls += stats.oracle_calls
+        self.cache_hits += stats.cache_hits
+        self.oracle_seconds += stats.oracle_seconds
+        self.seconds["oracle"] = self.seconds.get("oracle", 0.0) + stats.oracle_seconds
+        self.seconds["decode"] = self.seconds.get("decode", 0.0) + stats.decode_seconds
+
+    def _stage(self, name: str, seconds: float) -> str:
+        if name == "oracle" and self.simulated_cost_ms is not None:
+            return (f"oracle {seconds:.2f}s simulated ({self.simulated_cost_ms:g} ms a call "
+                    f"stated by cost_ms; not measured, not part of the total)")
+        return f"{name} {seconds:.2f}s"
+
+    def summary(self) -> str:
+        stages = ", ".join(self._stage(k, v) for k, v in self.seconds.items())
+        parts = [f"operator: {self.operator}"]
+        if self.estimated_calls is not None:  # EXPLAIN: a plan, nothing ran
+            parts.append(f"estimated oracle calls: {self.estimated_calls}")
+        else:
+            parts += [f"guarantee: {self.guarantee}", f"oracle calls: {self.oracle_calls}",
+                      f"cache hits: {self.cache_hits}"]
+        if self.index:
+            parts.append(f"index: {self.index}")
+        parts += [self.details[k] for k in ("index_note", "note") if self.details.get(k)]
+        if self.seed is not None:
+            parts.append(f"seed: {self.seed}")
+        return " | ".join(parts) + (f"\nseconds: {stages}" if stages else "")
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+class Result:
+    """A statement's rows (materialised) and its report (None for catalog and plain DuckDB
+    statements).
+
+    It reads like a DuckDB relation: `df()`, `arrow()`, `to_arrow_table()`, `fetchall()`,
+    `fetchnumpy()`, `show()`, `columns`, `types` ... are those of `.relation`; `fetchone()` and
+    `fetchmany()` step through the rows like a cursor; `len()` is the row count. SQL on any
+    DuckDB connection, `db.sql()` included, reads it by its Python variable name
+    (`SELECT * FROM r`), through the Arrow stream interface."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, table: pa.Table, report: Report | None = None):
+        self.table = table
+        self.relation = con.from_arrow(table)
+        self.report = report
+        self._next_row = 0
+
+    @classmethod
+    def of(cls, con: duckdb.DuckDBPyConnection, rows, report: Report | None = None) -> "Result":
+        """From a pandas DataFrame or a DuckDB relation (which runs once, here)."""
+        import pyarrow as pa
+
+        table = pa.Table.from_pandas(rows, preserve_index=False) if hasattr(rows, "iloc") \
+            else rows.to_arrow_table()
+        return cls(con, table, report)
+
+    def __getattr__(self, name: str):
+        if name in ("relation", "table", "report", "_next_row"):  # not set yet: no recursion
+            raise AttributeError(name)
+        return getattr(self.relation, name)
+
+    def to_arrow_table(self) -> pa.Table:
+        return self.table
+
+    def arrow(self) -> pa.RecordBatchReader:
+        """The rows as Arrow batches (read from memory: the connection stays free)."""
+        return self.table.to_reader()
+
+    def __arrow_c_stream__(self, requested_schema=None):
+        return self.table.__arrow_c_stream__(requested_schema)
+
+    def __len__(self) -> int:
+        return self.table.num_rows
+
+    def fetchmany(self, size: int = 1) -> list[tuple]:
+        """The next `size` rows not fetched yet (an empty list at the end)."""
+        rows = self.table.slice(self._next_row, max(0, int(size))).to_pylist()
+        self._next_row += len(rows)
+        return [tuple(row.values()) for row in rows]
+
+    def fetchone(self) -> tuple | None:
+        """The next row not fetched yet, None at the end."""
+        rows = self.fetchmany(1)
+        return rows[0] if rows else None
+
+    def __repr__(self) -> str:
+        text = repr(self.relation)
+        return text if self.report is None else f"{text}\n{self.report.summary()}"
+
+    __str__ = __repr__

@@ -1,0 +1,50 @@
+"""Heavy libraries load only where they are used: `import vidql` and fully cached queries
+leave torch, torchvision, faiss, sklearn, cv2 and matplotlib unloaded."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import vidql
+from conftest import shared_path
+
+HEAVY = ["torch", "torchvision", "faiss", "sklearn", "onnxruntime", "cv2", "matplotlib"]
+CHECK = """
+import json, sys
+heavy = json.loads(sys.argv[1])
+loaded = lambda: [m for m in heavy if m in sys.modules]
+import vidql
+print(json.dumps(loaded()))
+with vidql.connect(sys.argv[2], progress=False) as db:
+    for query in sys.argv[3:]:
+        db.sql(query)
+        print(json.dumps(loaded()))
+"""
+
+
+def _loaded(db_path, *queries) -> list[list[str]]:
+    """Heavy modules loaded in a fresh process after `import vidql` and after each query."""
+    out = subprocess.run([sys.executable, "-c", CHECK, json.dumps(HEAVY), str(db_path), *queries],
+                         capture_output=True, text=True, check=True).stdout
+    return [json.loads(line) for line in out.splitlines()]
+
+
+def test_cached_queries_load_no_heavy_library(traffic_db):
+    exact = "SELECT sum(objects('car')) FROM t WHERE frame < 100"
+    approximate = "SELECT AVG(objects('car')) FROM t ERROR WITHIN 0.5 SEED 1"
+    with vidql.connect(traffic_db, progress=False) as db:
+        db.sql(exact)
+        db.sql(approximate)
+    assert _loaded(traffic_db, exact, approximate) == [[], [], []]
+
+
+def test_cached_onnx_query_loads_no_torch(counter_clip, tmp_path):
+    model = shared_path("models", "yolox_nano.onnx")
+    query = "SELECT frame, objects('car') FROM clip WHERE frame < 4"
+    with vidql.connect(tmp_path / "onnx.db", progress=False) as db:
+        db.sql(f"LOAD VIDEO '{counter_clip}' AS clip; CREATE ORACLE yolox FROM ONNX '{model}'; "
+               f"SET ORACLE clip = yolox")
+        assert db.sql(query).report.oracle_calls == 4
+    # the model itself is checked when the oracle is built, so onnxruntime loads
+    assert _loaded(tmp_path / "onnx.db", query) == [[], ["onnxruntime"]]

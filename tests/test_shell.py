@@ -1,0 +1,121 @@
+"""`vidql shell` through a pseudo-terminal: reports, Ctrl-C at the prompt, one history entry
+per statement, no lock held while idle; piped input runs a last statement without ';'."""
+from __future__ import annotations
+
+import fcntl
+import io
+import os
+import pty
+import re
+import select
+import signal
+import struct
+import subprocess
+import sys
+import termios
+import time
+
+import pytest
+
+import vidql
+from vidql.shell import Shell
+
+ANSI = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+class Terminal:
+    """A child process on a pseudo-terminal (its controlling terminal, so Ctrl-C signals)."""
+
+    def __init__(self, argv: list[str], env: dict):
+        self.pid, self.fd = pty.fork()
+        if self.pid == 0:  # the child: a 40x200 terminal (a new pty has no size)
+            fcntl.ioctl(0, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 200, 0, 0))
+            os.execve(argv[0], argv, env)
+        self.seen, self.pos = b"", 0
+
+    def expect(self, text: str, timeout: float = 120) -> str:
+        """Read until `text` appears after the previous match; return what came before it."""
+        deadline = time.monotonic() + timeout
+        while (end := self.seen.find(text.encode(), self.pos)) < 0:
+            ready, _, _ = select.select([self.fd], [], [], max(0.0, deadline - time.monotonic()))
+            if not ready:
+                raise AssertionError(f"no {text!r} within {timeout} s; got {self.seen[self.pos:]!r}")
+            try:
+                self.seen += os.read(self.fd, 65536)
+            except OSError:  # the child closed the terminal
+                raise AssertionError(f"shell ended before {text!r}; got {self.seen[self.pos:]!r}")
+        before, self.pos = self.seen[self.pos:end], end + len(text.encode())
+        return ANSI.sub(b"", before).decode(errors="replace")
+
+    def send(self, text: str) -> None:
+        os.write(self.fd, text.encode())
+
+    def wait(self, timeout: float = 60) -> int:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                self.seen += os.read(self.fd, 65536)  # drain, so the child never blocks
+            except OSError:
+                pass
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                return os.waitstatus_to_exitcode(status)
+            time.sleep(0.1)
+        os.kill(self.pid, signal.SIGKILL)
+        raise AssertionError("the shell did not exit")
+
+
+def test_shell_on_a_terminal(traffic_db, tmp_path):
+    history = tmp_path / "history"
+    env = {**os.environ, "VIDQL_HISTORY": str(history), "TERM": "dumb"}
+    shell = Terminal([sys.executable, "-m", "vidql", "shell", "--db", str(traffic_db)], env)
+    shell.expect("vidql> ")
+    # an idle shell holds no lock: another process can open the database for writing
+    with vidql.connect(traffic_db, progress=False) as other:
+        assert other.sql("SELECT count(*) FROM t").fetchall() == [(300,)]
+    shell.send("SELECT AVG(objects('car')) FROM t\r")
+    shell.expect("...> ")
+    shell.send("ERROR WITHIN 0.5 SEED 1;\r")
+    out = shell.expect("vidql> ")
+    assert "guarantee: AVG within ±0.5 (absolute error) at 95% confidence" in out
+    assert int(re.search(r"\| oracle calls: (\d+)", out).group(1)) > 0
+    assert "aggregate on t, calling the oracle" in out  # its progress bar, on the terminal
+    shell.send("SELECT 'half typed")
+    time.sleep(0.5)
+    shell.send("\x03")  # Ctrl-C at the prompt: the line is dropped, the shell stays
+    shell.expect("^C")
+    shell.expect("vidql> ")
+    shell.send("SELECT 41 + 1 AS answer;\r")
+    out = shell.expect("vidql> ")
+    assert "42" in out and "half typed" not in out
+    shell.send(".quit\r")
+    assert shell.wait() == 0
+    entries = history.read_text().splitlines()
+    assert "SELECT AVG(objects('car')) FROM t ERROR WITHIN 0.5 SEED 1;" in entries
+    assert not any(e.startswith("ERROR WITHIN") or "half typed" in e for e in entries)
+
+
+def test_piped_input_runs_a_last_statement_without_semicolon(traffic_db):
+    out = io.StringIO()
+    script = "SELECT count(*) AS n FROM t;\nSELECT 40 + 2\n  AS answer"
+    assert Shell(str(traffic_db), stdin=io.StringIO(script), stdout=out).run() == 0
+    assert "300" in out.getvalue() and "42" in out.getvalue()
+
+
+def test_a_held_database_names_the_process_and_the_remedy(traffic_db):
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, vidql; db = vidql.connect(sys.argv[1]); "
+                               "print('open', flush=True); sys.stdin.read()", str(traffic_db)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "open"
+        with pytest.raises(vidql.VidqlError) as err:
+            vidql.connect(traffic_db)
+        assert f"PID {holder.pid}" in str(err.value) and "--read-only" in str(err.value)
+    finally:
+        holder.communicate("")
+    with vidql.connect(traffic_db, read_only=True) as a, vidql.connect(traffic_db, read_only=True) as b:
+        assert a.sql("SELECT count(*) FROM t").fetchall() == b.sql("SELECT count(*) FROM t").fetchall()
+        with pytest.raises(vidql.VidqlError, match="read-only"):
+            a.sql("SELECT sum(objects('car')) FROM t")  # labels are needed: it says so
+        with pytest.raises(vidql.CatalogError, match="read-only"):
+            a.sql("SET ORACLE t = truth")
