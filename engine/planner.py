@@ -292,22 +292,32 @@ def _run_budget(b: Binding, q: Query, seed: int, report: Report, stat, pred, con
     agg = q.aggregate
     budget = q.clauses.budget
     proxy = b.proxy(pred) if pred is not None else b.proxy(stat)
+    notes = []
     if proxy is None:
         proxy = np.zeros(b.n)  # no index: strata are random, ABae degrades to uniform sampling
-        report.details["note"] = "no index: stratification by proxy unavailable"
-    report.guarantee = f"{agg.func.upper()} with ≤ {budget} oracle calls, {conf:.0%} bootstrap interval"
+        notes.append("no index: stratification by proxy unavailable")
+    report.guarantee = (f"{agg.func.upper()} with ≤ {budget} oracle calls, {conf:.0%} "
+                        f"finite-sample interval")
+    common = dict(budget=budget, agg=agg.func, confidence=conf, seed=seed,
+                  value_range=_value_range(stat, report))
     if q.group_by:
         group = q.group_expr or parse_frame_expr(q.group_by)
-        results = queries.aggregate_budget_grouped(
-            proxy, _pair(b, stat, pred, group), budget=budget, agg=agg.func,
-            confidence=conf, seed=seed)
+        results = queries.aggregate_budget_grouped(proxy, _pair(b, stat, pred, group), **common)
         report.operator = "aggregate under budget, grouped (ABae)"
-        frames = [_aggregate_frame(r, 1.0, conf, g) for g, r in sorted(results.items())]
-        return pd.concat(frames, ignore_index=True)
-    result = queries.aggregate_budget(proxy, _pair(b, stat, pred), budget=budget, agg=agg.func,
-                                      confidence=conf, seed=seed)
-    report.operator = f"aggregate under budget ({result.method})"
-    return _aggregate_frame(result, 1.0, conf)
+        report.guarantee += f", all {len(results)} groups at once"
+        ordered = sorted(results.items())
+        frame = pd.concat([_aggregate_frame(r, 1.0, conf, g) for g, r in ordered],
+                          ignore_index=True)
+        notes += [f"group {g}: {r.details['note']}" for g, r in ordered if "note" in r.details]
+    else:
+        result = queries.aggregate_budget(proxy, _pair(b, stat, pred), **common)
+        report.operator = f"aggregate under budget ({result.method})"
+        frame = _aggregate_frame(result, 1.0, conf)
+        notes += [result.details["note"]] if "note" in result.details else []
+    if notes:
+        report.details["note"] = "; ".join(notes)
+    # an estimate or edge the sample cannot support is NULL, never NaN
+    return frame.astype({"estimate": "Float64", "ci_low": "Float64", "ci_high": "Float64"})
 
 
 def _run_selection(b: Binding, q: Query, seed: int, report: Report) -> pd.DataFrame:
