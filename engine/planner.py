@@ -320,6 +320,22 @@ def _run_budget(b: Binding, q: Query, seed: int, report: Report, stat, pred, con
     return frame.astype({"estimate": "Float64", "ci_low": "Float64", "ci_high": "Float64"})
 
 
+def _run_recall(proxy, is_true, c, conf: float, seed: int):
+    """RECALL TARGET: exact binomial test (default), adaptive with UP TO, or SUPG's normal
+    approximation with APPROXIMATE. Returns (result, how the guarantee holds)."""
+    from vidql import queries
+
+    common = dict(target=c.recall_target, confidence=conf, seed=seed)
+    if c.approximate:
+        return (queries.recall_normal(proxy, is_true, budget=c.budget, **common),
+                "APPROXIMATE: normal approximation, not finite-sample")
+    if c.budget_up_to:
+        result = queries.recall_adaptive(proxy, is_true, max_budget=c.budget, **common)
+        return result, (f"finite-sample, adaptive: {result.details['labels_used']} labels "
+                        f"of up to {c.budget}")
+    return queries.recall_binomial(proxy, is_true, budget=c.budget, **common), "finite-sample"
+
+
 def _run_selection(b: Binding, q: Query, seed: int, report: Report) -> pd.DataFrame:
     from vidql import queries
 
@@ -343,10 +359,9 @@ def _run_selection(b: Binding, q: Query, seed: int, report: Report) -> pd.DataFr
                              f"proxy scores: CREATE INDEX ... ON {b.video} USING TASTI", q.text, 0)
         conf = _confidence(q)
         if q.kind == "select_recall":
-            # half the samples uniform: certifying recall needs the low-proxy region sampled
-            result = queries.supg_recall(proxy, is_true, target=c.recall_target, uniform_mix=0.5,
-                                         confidence=conf, budget=c.budget, seed=seed)
-            report.guarantee = f"recall ≥ {c.recall_target:.0%} with probability {conf:.0%}"
+            result, mode = _run_recall(proxy, is_true, c, conf, seed)
+            report.guarantee = (f"recall ≥ {c.recall_target:.0%} with probability {conf:.0%}"
+                                f" ({mode})")
         else:
             result = queries.supg_precision(proxy, is_true, target=c.precision_target,
                                             confidence=conf, budget=c.budget, seed=seed)
@@ -360,7 +375,8 @@ def _run_selection(b: Binding, q: Query, seed: int, report: Report) -> pd.DataFr
         report.guarantee = f"as many distinct positives as {c.budget} oracle calls find (no recall guarantee)"
     else:
         raise QueryError(f"unsupported query kind {q.kind}", q.text, 0)
-    report.operator = {"limit": "LIMIT (proxy-ranked scan)", "select_recall": "SUPG recall",
+    report.operator = {"limit": "LIMIT (proxy-ranked scan)",
+                       "select_recall": f"recall target ({result.details.get('method')})",
                        "select_precision": "SUPG precision", "rare": "EZMODE"}[q.kind]
     report.details.update(getattr(result, "details", {}) or {})
     positions = np.asarray(result.frames, dtype=np.int64)

@@ -139,18 +139,29 @@ class VideoQuery:
         """Up to `n` oracle-confirmed frames matching the predicate, `gap` frames apart."""
         return self._run(self._limit_sql(n, gap, budget))
 
-    def _select_sql(self, recall=None, precision=None, confidence=0.95, budget=1000) -> str:
+    def _select_sql(self, recall=None, precision=None, confidence=0.95, budget=None,
+                    max_budget=None, approximate=False) -> str:
         if (recall is None) == (precision is None):
             raise ParameterError("select() takes exactly one of recall= or precision=")
+        if budget is not None and max_budget is not None:
+            raise ParameterError("select() takes budget= (a fixed budget) or max_budget= "
+                                 "(adaptive, up to a cap), not both")
         target = f"RECALL TARGET {_pct(recall)}" if recall is not None else \
             f"PRECISION TARGET {_pct(precision)}"
-        tail = self._tail(target, f"CONFIDENCE {_pct(confidence)}", f"ORACLE BUDGET {int(budget)}")
+        spend = f"ORACLE BUDGET UP TO {int(max_budget)}" if max_budget is not None else \
+            f"ORACLE BUDGET {int(budget if budget is not None else 1000)}"
+        tail = self._tail(target, f"CONFIDENCE {_pct(confidence)}", spend,
+                          "APPROXIMATE" if approximate else "")
         return f"SELECT frame, ts FROM {self.video}{self._where()} {tail}"
 
     def select(self, *, recall: float | None = None, precision: float | None = None,
-               confidence: float = 0.95, budget: int = 1000):
-        """Frames matching the predicate with a recall or precision guarantee (SUPG)."""
-        return self._run(self._select_sql(recall, precision, confidence, budget))
+               confidence: float = 0.95, budget: int | None = None,
+               max_budget: int | None = None, approximate: bool = False):
+        """Frames matching the predicate with a recall or precision guarantee. `max_budget`
+        (recall only) samples in rounds and stops early once the set is small enough;
+        `approximate` uses SUPG's normal-approximation bounds (not finite-sample)."""
+        return self._run(self._select_sql(recall, precision, confidence, budget, max_budget,
+                                          approximate))
 
     def _rare_sql(self, budget=500) -> str:
         tail = self._tail("FIND RARE", f"ORACLE BUDGET {int(budget)}")
