@@ -411,6 +411,35 @@ def explain(db, q: Query) -> Result:
     return Result(db.con.from_df(pd.DataFrame([row])), report)
 
 
+def _estimate_selection(proxy: np.ndarray, q: Query, report: Report) -> int:
+    """RECALL/PRECISION TARGET: with the proxy taken as calibrated, the set the budget would
+    certify (size, precision, recall) and the budgets for a set within 2x and 5x of the
+    estimated positives; returns the oracle calls it expects to spend."""
+    from vidql.queries import selection_forecast
+
+    c = q.clauses
+    target = c.recall_target if q.kind == "select_recall" else c.precision_target
+    kind = "recall" if q.kind == "select_recall" else "precision"
+    forecast = selection_forecast(proxy, kind, target, _confidence(q), c.budget,
+                                  adaptive=c.budget_up_to)
+    report.details.update(forecast)
+    text = (f"proxy taken as calibrated: about {forecast['positives']:.0f} positives; at "
+            f"{forecast['budget']} labels the certified set has about "
+            f"{forecast['set_size']:.0f} frames (precision {forecast['precision']:.2f}, recall "
+            f"{forecast['recall']:.2f}); budget for a set within 2x of the positives: "
+            f"{_budget_text(forecast['budget_for_2x'], len(proxy))}, within 5x: "
+            f"{_budget_text(forecast['budget_for_5x'], len(proxy))}")
+    if forecast.get("note"):
+        text += "; " + forecast["note"]
+        report.details["note"] = forecast["note"]
+    report.details["estimate"] = text
+    return int(forecast["budget"])
+
+
+def _budget_text(budget: int | None, n: int) -> str:
+    return str(budget) if budget is not None else f"none below {n} (labelling every frame is exact)"
+
+
 def _estimate_exact(db, q: Query, report: Report) -> int:
     total = 0
     names = {v.lower(): v for v in db.catalog.video_names()}
@@ -430,6 +459,10 @@ def _estimate_exact(db, q: Query, report: Report) -> int:
 
 def _estimate_approximate(b: Binding, q: Query, report: Report) -> int:
     c = q.clauses
+    if q.kind in ("select_recall", "select_precision"):
+        proxy = b.proxy(_predicate_expr(q))
+        if proxy is not None:
+            return _estimate_selection(proxy, q, report)
     if q.kind in ("aggregate_budget", "select_recall", "select_precision", "rare"):
         report.details["estimate"] = "the ORACLE BUDGET"
         return int(c.budget)

@@ -5,6 +5,7 @@ from .rare import find_rare
 from .results import AggregateResult, RareResult, SelectionResult
 from .stratified import aggregate_budget, aggregate_budget_grouped
 from .select_binomial import recall_adaptive, recall_binomial, recall_normal
+from .select_forecast import selection_forecast
 from .supg import supg_precision
 
 __all__ = [
@@ -12,5 +13,5 @@ __all__ = [
     "aggregate_error_bound", "aggregate_ratio_error_bound",
     "aggregate_budget", "aggregate_budget_grouped",
     "limit_query", "recall_binomial", "recall_adaptive", "recall_normal", "supg_precision",
-    "find_rare",
+    "selection_forecast", "find_rare",
 ]
