@@ -70,7 +70,7 @@ def _check(proxy, target, confidence, budget, seed):
 
 
 class _Draws:
-    """Uniform draws with replacement, labelled once per distinct frame, in draw order."""
+    """Draws with replacement, labelled once per distinct frame, in draw order."""
 
     def __init__(self, n: int, predicate: Callable, rng: np.random.Generator):
         self.n, self.rng = n, rng
@@ -78,9 +78,12 @@ class _Draws:
         self.frames = np.zeros(0, dtype=np.int64)
         self.positive = np.zeros(n, dtype=bool)
 
-    def extend(self, total: int) -> None:
-        """Draw until `total` draws were made, labelling the new distinct frames."""
-        new = self.rng.integers(0, self.n, total - self.frames.size)
+    def extend(self, total: int, q: np.ndarray | None = None) -> None:
+        """Draw (uniformly, or from q) until `total` draws were made, labelling the new
+        distinct frames."""
+        size = total - self.frames.size
+        new = self.rng.integers(0, self.n, size) if q is None else \
+            self.rng.choice(self.n, size=size, p=q)
         self.frames = np.concatenate([self.frames, new])
         fresh = np.unique(new[~self.oracle.labelled[new]])
         if fresh.size:
@@ -183,9 +186,7 @@ def recall_normal(proxy: np.ndarray, predicate: Callable[[np.ndarray], np.ndarra
         return draws.label_all()
     order, rank = _ranking(proxy, rng)
     q = sampling_distribution(proxy, uniform_mix)
-    draws.frames = rng.choice(n, size=budget, p=q)
-    fresh = np.unique(draws.frames)
-    draws.positive[fresh[as_flags(draws.oracle(fresh), fresh.size)]] = True
+    draws.extend(budget, q)
     weight = draws.positive[draws.frames] / (n * q[draws.frames])
     details = {"target": target, "confidence": confidence, "kind": "recall",
                "method": "normal approximation (SUPG), not finite-sample",
