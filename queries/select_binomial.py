@@ -16,6 +16,7 @@ certify nothing: the answer is then every frame except the sampled negatives.
 from __future__ import annotations
 
 import math
+import sys
 from typing import Callable
 
 import numpy as np
@@ -34,7 +35,10 @@ TOO_SMALL_NOTE = ("budget too small to certify a smaller set at this confidence:
 
 
 def min_positive_draws(target: float, confidence: float) -> int:
-    """Positive draws below which no cut can be certified: target**k > 1 - confidence."""
+    """Positive draws below which no cut can be certified: target**k > 1 - confidence
+    (sys.maxsize for a 100% target, which only every frame but the sampled negatives meets)."""
+    if target >= 1.0:
+        return sys.maxsize
     return math.ceil(math.log(1.0 - confidence) / math.log(target))
 
 
@@ -63,7 +67,8 @@ def _ranking(proxy: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, n
 
 def _check(proxy, target, confidence, budget, seed):
     proxy = check_scores("proxy", proxy)
-    target = check_fraction("target", target, inclusive_high=False)
+    # a 100% target is allowed: every frame but the sampled negatives is its answer
+    target = check_fraction("target", target, inclusive_high=True)
     confidence = check_confidence(confidence)
     budget = check_int("budget", budget, MIN_BUDGET)
     return proxy, target, confidence, budget, make_rng(seed)

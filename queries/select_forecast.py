@@ -62,9 +62,10 @@ def selection_forecast(proxy: np.ndarray, kind: str, target: float, confidence: 
                    budget_for_5x=budget_for_size(proxy, target, confidence, 5 * positives, n))
         if size >= n:
             expected = out["budget"] * positives / max(n, 1)
+            need = min_positive_draws(target, confidence)
             out["note"] = (f"budget too small to certify a smaller set: about {expected:.0f} "
-                           f"positive draws expected, at least "
-                           f"{min_positive_draws(target, confidence)} needed")
+                           f"positive draws expected, at least {need} needed" if target < 1.0
+                           else "a 100% recall target returns every frame but sampled negatives")
         return out
     size, precision, recall = _precision_dry_run(proxy, target, confidence, budget)
     out.update(set_size=size, precision=precision, recall=recall,

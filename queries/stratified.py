@@ -25,6 +25,7 @@ from .validation import (check_confidence, check_fraction, check_int, check_scor
                          check_value_range, make_rng)
 
 AGGREGATES = ("avg", "sum", "count")
+MIN_BUDGET_PER_STRATUM = 2  # ORACLE BUDGET must be at least this times the strata (5): 10
 NO_POSITIVE_NOTE = ("no sampled frame satisfies the predicate: the estimate is NULL and the "
                     "interval is what the sample supports; raise the ORACLE BUDGET")
 
@@ -183,7 +184,7 @@ def _two_stage(proxy, true_values, budget, agg, confidence, strata, seed, value_
     strata = check_int("strata", strata, 1)
     if strata > n:
         raise ParameterError(f"strata ({strata}) cannot exceed the number of frames ({n})")
-    budget = check_int("budget", budget, 2 * strata)
+    budget = check_int("budget", budget, MIN_BUDGET_PER_STRATUM * strata)
     value_range = check_value_range(value_range)
     pilot_fraction = check_fraction("pilot_fraction", pilot_fraction, inclusive_high=False)
     floor_fraction = check_fraction("floor_fraction", floor_fraction)

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from vidql.engine.errors import ParameterError
-from vidql.queries import recall_adaptive, recall_binomial, recall_normal, supg_precision
+from vidql.queries import (recall_adaptive, recall_binomial, recall_normal, selection_forecast,
+                           supg_precision)
 from vidql.queries.select_binomial import (adaptive_schedule, binomial_cut, critical_count,
                                            min_positive_draws)
 from vidql.queries.supg import sampling_distribution
@@ -190,8 +191,17 @@ def test_sampling_distribution_copies_and_rank_normalises():
     assert q.sum() == pytest.approx(1.0) and np.all(np.diff(q) > 0) and q.min() >= 0.1 / 4
 
 
+def test_recall_target_of_100_percent_returns_all_but_sampled_negatives():
+    proxy, labels = population(9, n=2000)
+    for op in (recall_binomial, recall_adaptive):
+        budget = {"max_budget": 500} if op is recall_adaptive else {"budget": 500}
+        res = op(proxy, lambda f: labels[f], target=1.0, **budget)
+        assert recall_of(res.frames, labels) == 1.0 and "note" in res.details
+    assert "100%" in selection_forecast(proxy, "recall", 1.0, 0.95, 500)["note"]
+
+
 @pytest.mark.parametrize("kwargs, message", [
-    (dict(target=1.0), "target"), (dict(target=0), "target"), (dict(confidence=1), "confidence"),
+    (dict(target=1.5), "target"), (dict(target=0), "target"), (dict(confidence=1), "confidence"),
     (dict(budget=5), "budget"),
 ])
 def test_parameter_errors(kwargs, message):
