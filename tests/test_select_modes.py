@@ -14,6 +14,7 @@ from vidql.engine.dialect import parse
 from vidql.engine.framestat import parse_frame_expr
 from vidql.engine.planner import Binding
 from vidql.queries import recall_binomial, selection_forecast, supg_precision
+from vidql.queries.select_binomial import adaptive_schedule
 
 BUS = "contains('bus')"
 
@@ -111,3 +112,11 @@ def test_builder_select_modes_round_trip_through_the_parser():
         assert q.clauses.approximate == kwargs.get("approximate", False)
     with pytest.raises(vidql.ParameterError):
         builder.to_sql("select", recall=0.9, budget=100, max_budget=200)
+
+
+@pytest.mark.shared
+def test_adaptive_forecast_names_the_look_it_expects_to_stop_at():
+    proxy, labels = onto()
+    forecast = selection_forecast(proxy, "recall", 0.9, 0.95, 8000, adaptive=True)
+    assert forecast["budget"] in adaptive_schedule(8000) and forecast["budget"] < 8000
+    assert forecast["set_size"] <= 2 * forecast["positives"]
