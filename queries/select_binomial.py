@@ -32,6 +32,7 @@ ADAPTIVE_LOOKS = 4      # looks of the adaptive budget: cap/8, cap/4, cap/2, cap
 ADAPTIVE_SLACK = 2.0    # stop once the set is within this factor of the estimated positives
 TOO_SMALL_NOTE = ("budget too small to certify a smaller set at this confidence: returned "
                   "every frame except sampled negatives")
+FEW_DRAWS = "{k} positive draws, at least {need} needed"
 
 
 def min_positive_draws(target: float, confidence: float) -> int:
@@ -116,6 +117,10 @@ class _Draws:
                        sampled_positives=int(self.positive.sum()), labels_used=self.oracle.calls)
         if m >= self.n:
             details["note"] = TOO_SMALL_NOTE
+            if "positive_draws" in details and details["target"] < 1.0:
+                need = min_positive_draws(details["target"], details["confidence"])
+                details["note"] += " (" + FEW_DRAWS.format(k=details["positive_draws"],
+                                                           need=need) + ")"
         return SelectionResult(frames, self.oracle.calls, labelled[frames], details)
 
 

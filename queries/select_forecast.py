@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .select_binomial import (adaptive_schedule, budget_for_size, min_positive_draws,
-                              predicted_recall_cut)
+from .select_binomial import (FEW_DRAWS, TOO_SMALL_NOTE, adaptive_schedule, budget_for_size,
+                              min_positive_draws, predicted_recall_cut)
 from .supg import MIN_BUDGET, supg_precision
 
 DRY_RUNS = 3  # simulated precision runs per budget (median taken)
@@ -63,9 +63,10 @@ def selection_forecast(proxy: np.ndarray, kind: str, target: float, confidence: 
         if size >= n:
             expected = out["budget"] * positives / max(n, 1)
             need = min_positive_draws(target, confidence)
-            out["note"] = (f"budget too small to certify a smaller set: about {expected:.0f} "
-                           f"positive draws expected, at least {need} needed" if target < 1.0
-                           else "a 100% recall target returns every frame but sampled negatives")
+            out["note"] = (TOO_SMALL_NOTE + " (about " + FEW_DRAWS.format(k=round(expected),
+                                                                         need=need) + ")"
+                           if target < 1.0 else
+                           "a 100% recall target returns every frame but sampled negatives")
         return out
     size, precision, recall = _precision_dry_run(proxy, target, confidence, budget)
     out.update(set_size=size, precision=precision, recall=recall,
