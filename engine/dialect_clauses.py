@@ -1,5 +1,5 @@
-"""The vidql clauses at the end of a query (ERROR WITHIN, CONFIDENCE, ORACLE BUDGET,
-GAP, RECALL/PRECISION TARGET, FIND RARE, USING ORACLE/INDEX, SEED), read on DuckDB's
+"""The vidql clauses at the end of a query (ERROR WITHIN, CONFIDENCE, ORACLE BUDGET
+[UP TO], GAP, RECALL/PRECISION TARGET, FIND RARE, USING ORACLE/INDEX, SEED, APPROXIMATE), read on DuckDB's
 tokens: where they start, their values and range checks, and the LIMIT/OFFSET mixed in
 with them (kept as SQL)."""
 from __future__ import annotations
@@ -17,12 +17,13 @@ ONE_WORD = {"CONFIDENCE": "confidence", "GAP": "gap", "SEED": "seed"}
 NAMES = {"error": "ERROR WITHIN", "budget": "ORACLE BUDGET", "recall": "RECALL TARGET",
          "precision": "PRECISION TARGET", "rare": "FIND RARE", "oracle": "USING ORACLE",
          "index": "USING INDEX", "confidence": "CONFIDENCE", "gap": "GAP", "seed": "SEED",
-         "limit": "LIMIT", "offset": "OFFSET"}
+         "limit": "LIMIT", "offset": "OFFSET", "approximate": "APPROXIMATE"}
 SECOND_WORDS = {"ERROR": ["WITHIN"], "ORACLE": ["BUDGET"], "RECALL": ["TARGET"],
                 "PRECISION": ["TARGET"], "FIND": ["RARE"], "USING": ["ORACLE", "INDEX"]}
 CLAUSE_HINT = ("vidql clauses come after the SQL: ERROR WITHIN x or x%, CONFIDENCE 95%, "
-               "ORACLE BUDGET n, LIMIT n GAP g, RECALL TARGET 90%, PRECISION TARGET 90%, "
-               "FIND RARE, USING ORACLE name, USING INDEX name, SEED n")
+               "ORACLE BUDGET n, ORACLE BUDGET UP TO n, LIMIT n GAP g, RECALL TARGET 90%, "
+               "PRECISION TARGET 90%, FIND RARE, USING ORACLE name, USING INDEX name, SEED n, "
+               "APPROXIMATE")
 
 
 def clause_at(tokens: list[Token], j: int, in_tail: bool) -> tuple[str, int] | None:
@@ -38,6 +39,8 @@ def clause_at(tokens: list[Token], j: int, in_tail: bool) -> tuple[str, int] | N
         return ONE_WORD[word], 1
     if in_tail and word in ("LIMIT", "OFFSET"):
         return word.lower(), 1
+    if word == "APPROXIMATE" and (in_tail or nxt is None or nxt.text == ";"):
+        return "approximate", 1
     return None
 
 
@@ -120,8 +123,11 @@ def _unexpected(text: str, tokens: list[Token], j: int):
 
 def _clauses(values: dict) -> Clauses:
     error = values.get("error")
+    budget = values.get("budget")
     return Clauses(error=error[0] if error else None, error_relative=bool(error and error[1]),
-                   confidence=values.get("confidence"), budget=values.get("budget"),
+                   confidence=values.get("confidence"), budget=budget[0] if budget else None,
+                   budget_up_to=bool(budget and budget[1]),
+                   approximate="approximate" in values,
                    gap=values.get("gap"), recall_target=values.get("recall"),
                    precision_target=values.get("precision"), find_rare="rare" in values,
                    oracle=values.get("oracle"), index=values.get("index"),
@@ -172,6 +178,13 @@ def _count_reader(name: str, minimum: int, what: str):
     return read
 
 
+def _read_budget(c: Cursor) -> tuple[int, bool]:
+    """ORACLE BUDGET n, or ORACLE BUDGET UP TO n (a cap the adaptive mode may stop short of)."""
+    up_to = c.accept("UP", "TO")
+    name = "ORACLE BUDGET UP TO" if up_to else "ORACLE BUDGET"
+    return _count_reader(name, 1, "a positive whole number of oracle calls")(c), up_to
+
+
 def _name_reader(name: str):
     def read(c: Cursor) -> str:
         return c.name(f"a name after {name}", hint=f"write {name} name")
@@ -183,10 +196,11 @@ _READERS = {
     "confidence": _fraction_reader("CONFIDENCE", upper_inclusive=False),
     "recall": _fraction_reader("RECALL TARGET", upper_inclusive=True),
     "precision": _fraction_reader("PRECISION TARGET", upper_inclusive=True),
-    "budget": _count_reader("ORACLE BUDGET", 1, "a positive whole number of oracle calls"),
+    "budget": _read_budget,
     "gap": _count_reader("GAP", 0, "a whole number of frames >= 0"),
     "seed": _count_reader("SEED", 0, "a whole number >= 0"),
     "rare": lambda c: True,
+    "approximate": lambda c: True,
     "oracle": _name_reader("USING ORACLE"),
     "index": _name_reader("USING INDEX"),
 }

@@ -308,6 +308,12 @@ class _Analysis:
             self.fail("CONFIDENCE needs ERROR WITHIN, ORACLE BUDGET on an aggregate, "
                       "RECALL TARGET or PRECISION TARGET", at["confidence"],
                       "CONFIDENCE states how sure an interval or target is; this query has none")
+        for key, words in (("approximate", "APPROXIMATE"), ("budget", "ORACLE BUDGET UP TO")):
+            if key in at and kind != "select_recall" and (
+                    key == "approximate" or self.clauses.budget_up_to):
+                self.fail(f"{words} applies to RECALL TARGET only", at[key],
+                          "write ... RECALL TARGET 90% ORACLE BUDGET UP TO 5000, or "
+                          "... RECALL TARGET 90% ORACLE BUDGET 1000 APPROXIMATE")
         if "seed" in at and kind == "exact":
             self.fail("SEED applies to approximate queries only", at["seed"],
                       "an exact query has no randomness; drop SEED")

@@ -118,6 +118,7 @@ class Clauses:
     error_relative: bool = False        # ERROR WITHIN x% (relative to the answer)
     confidence: float | None = None     # CONFIDENCE, in (0, 1)
     budget: int | None = None           # ORACLE BUDGET, oracle calls
+    budget_up_to: bool = False          # ORACLE BUDGET UP TO n: adaptive, n is a cap
     gap: int | None = None              # GAP, frames between results
     recall_target: float | None = None  # RECALL TARGET, in (0, 1]
     precision_target: float | None = None
@@ -125,6 +126,7 @@ class Clauses:
     oracle: str | None = None           # USING ORACLE name
     index: str | None = None            # USING INDEX name
     seed: int | None = None             # SEED n
+    approximate: bool = False           # APPROXIMATE: asymptotic (normal) bounds
 
 
 @dataclass(frozen=True)

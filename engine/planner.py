@@ -246,22 +246,48 @@ def _run_budget(b: Binding, q: Query, seed: int, report: Report, stat, pred, con
     agg = q.aggregate
     budget = q.clauses.budget
     proxy = b.proxy(pred) if pred is not None else b.proxy(stat)
+    notes = []
     if proxy is None:
         proxy = np.zeros(b.n)  # no index: strata are random, ABae degrades to uniform sampling
-        report.details["note"] = "no index: stratification by proxy unavailable"
-    report.guarantee = f"{agg.func.upper()} with ≤ {budget} oracle calls, {conf:.0%} bootstrap interval"
+        notes.append("no index: stratification by proxy unavailable")
+    report.guarantee = (f"{agg.func.upper()} with ≤ {budget} oracle calls, {conf:.0%} "
+                        f"finite-sample interval")
+    common = dict(budget=budget, agg=agg.func, confidence=conf, seed=seed,
+                  value_range=_value_range(stat, report))
     if q.group_by:
         group = q.group_expr or parse_frame_expr(q.group_by)
-        results = queries.aggregate_budget_grouped(
-            proxy, _pair(b, stat, pred, group), budget=budget, agg=agg.func,
-            confidence=conf, seed=seed)
+        results = queries.aggregate_budget_grouped(proxy, _pair(b, stat, pred, group), **common)
         report.operator = "aggregate under budget, grouped (ABae)"
-        frames = [_aggregate_frame(r, 1.0, conf, g) for g, r in sorted(results.items())]
-        return pd.concat(frames, ignore_index=True)
-    result = queries.aggregate_budget(proxy, _pair(b, stat, pred), budget=budget, agg=agg.func,
-                                      confidence=conf, seed=seed)
-    report.operator = f"aggregate under budget ({result.method})"
-    return _aggregate_frame(result, 1.0, conf)
+        report.guarantee += f", all {len(results)} groups at once"
+        ordered = sorted(results.items())
+        frame = pd.concat([_aggregate_frame(r, 1.0, conf, g) for g, r in ordered],
+                          ignore_index=True)
+        notes += [f"group {g}: {r.details['note']}" for g, r in ordered if "note" in r.details]
+    else:
+        result = queries.aggregate_budget(proxy, _pair(b, stat, pred), **common)
+        report.operator = f"aggregate under budget ({result.method})"
+        frame = _aggregate_frame(result, 1.0, conf)
+        notes += [result.details["note"]] if "note" in result.details else []
+    if notes:
+        report.details["note"] = "; ".join(notes)
+    # an estimate or edge the sample cannot support is NULL, never NaN
+    return frame.astype({"estimate": "Float64", "ci_low": "Float64", "ci_high": "Float64"})
+
+
+def _run_recall(proxy, is_true, c, conf: float, seed: int):
+    """RECALL TARGET: exact binomial test (default), adaptive with UP TO, or SUPG's normal
+    approximation with APPROXIMATE. Returns (result, how the guarantee holds)."""
+    from vidql import queries
+
+    common = dict(target=c.recall_target, confidence=conf, seed=seed)
+    if c.approximate:
+        return (queries.recall_normal(proxy, is_true, budget=c.budget, **common),
+                "APPROXIMATE: normal approximation, not finite-sample")
+    if c.budget_up_to:
+        result = queries.recall_adaptive(proxy, is_true, max_budget=c.budget, **common)
+        return result, (f"finite-sample, adaptive: {result.details['labels_used']} labels "
+                        f"of up to {c.budget}")
+    return queries.recall_binomial(proxy, is_true, budget=c.budget, **common), "finite-sample"
 
 
 def _run_selection(b: Binding, q: Query, seed: int, report: Report) -> pd.DataFrame:
@@ -287,10 +313,9 @@ def _run_selection(b: Binding, q: Query, seed: int, report: Report) -> pd.DataFr
                              f"proxy scores: CREATE INDEX ... ON {b.video} USING TASTI", q.text, 0)
         conf = _confidence(q)
         if q.kind == "select_recall":
-            # half the samples uniform: certifying recall needs the low-proxy region sampled
-            result = queries.supg_recall(proxy, is_true, target=c.recall_target, uniform_mix=0.5,
-                                         confidence=conf, budget=c.budget, seed=seed)
-            report.guarantee = f"recall ≥ {c.recall_target:.0%} with probability {conf:.0%}"
+            result, mode = _run_recall(proxy, is_true, c, conf, seed)
+            report.guarantee = (f"recall ≥ {c.recall_target:.0%} with probability {conf:.0%}"
+                                f" ({mode})")
         else:
             result = queries.supg_precision(proxy, is_true, target=c.precision_target,
                                             confidence=conf, budget=c.budget, seed=seed)
@@ -304,7 +329,8 @@ def _run_selection(b: Binding, q: Query, seed: int, report: Report) -> pd.DataFr
         report.guarantee = f"as many distinct positives as {c.budget} oracle calls find (no recall guarantee)"
     else:
         raise QueryError(f"unsupported query kind {q.kind}", q.text, 0)
-    report.operator = {"limit": "LIMIT (proxy-ranked scan)", "select_recall": "SUPG recall",
+    report.operator = {"limit": "LIMIT (proxy-ranked scan)",
+                       "select_recall": f"recall target ({result.details.get('method')})",
                        "select_precision": "SUPG precision", "rare": "EZMODE"}[q.kind]
     report.details.update(getattr(result, "details", {}) or {})
     positions = np.asarray(result.frames, dtype=np.int64)
@@ -343,6 +369,35 @@ def explain(db, q: Query) -> Result:
     return Result.of(db.catalog.con, pd.DataFrame([row]), report)
 
 
+def _estimate_selection(proxy: np.ndarray, q: Query, report: Report) -> int:
+    """RECALL/PRECISION TARGET: with the proxy taken as calibrated, the set the budget would
+    certify (size, precision, recall) and the budgets for a set within 2x and 5x of the
+    estimated positives; returns the oracle calls it expects to spend."""
+    from vidql.queries import selection_forecast
+
+    c = q.clauses
+    target = c.recall_target if q.kind == "select_recall" else c.precision_target
+    kind = "recall" if q.kind == "select_recall" else "precision"
+    forecast = selection_forecast(proxy, kind, target, _confidence(q), c.budget,
+                                  adaptive=c.budget_up_to)
+    report.details.update(forecast)
+    text = (f"proxy taken as calibrated: about {forecast['positives']:.0f} positives; at "
+            f"{forecast['budget']} labels the certified set has about "
+            f"{forecast['set_size']:.0f} frames (precision {forecast['precision']:.2f}, recall "
+            f"{forecast['recall']:.2f}); budget for a set within 2x of the positives: "
+            f"{_budget_text(forecast['budget_for_2x'], len(proxy))}, within 5x: "
+            f"{_budget_text(forecast['budget_for_5x'], len(proxy))}")
+    if forecast.get("note"):
+        text += "; " + forecast["note"]
+        report.details["note"] = forecast["note"]
+    report.details["estimate"] = text
+    return int(forecast["budget"])
+
+
+def _budget_text(budget: int | None, n: int) -> str:
+    return str(budget) if budget is not None else f"none below {n} (labelling every frame is exact)"
+
+
 def _estimate_exact(db, q: Query, report: Report) -> int:
     total = 0
     names = {v.lower(): v for v in db.catalog.video_names()}
@@ -362,6 +417,10 @@ def _estimate_exact(db, q: Query, report: Report) -> int:
 
 def _estimate_approximate(b: Binding, q: Query, report: Report) -> int:
     c = q.clauses
+    if q.kind in ("select_recall", "select_precision"):
+        proxy = b.proxy(_predicate_expr(q))
+        if proxy is not None:
+            return _estimate_selection(proxy, q, report)
     if q.kind in ("aggregate_budget", "select_recall", "select_precision", "rare"):
         report.details["estimate"] = "the ORACLE BUDGET"
         return int(c.budget)

@@ -4,11 +4,14 @@ from .limit import limit_query
 from .rare import find_rare
 from .results import AggregateResult, RareResult, SelectionResult
 from .stratified import aggregate_budget, aggregate_budget_grouped
-from .supg import supg_precision, supg_recall
+from .select_binomial import recall_adaptive, recall_binomial, recall_normal
+from .select_forecast import selection_forecast
+from .supg import supg_precision
 
 __all__ = [
     "AggregateResult", "SelectionResult", "RareResult",
     "aggregate_error_bound", "aggregate_ratio_error_bound",
     "aggregate_budget", "aggregate_budget_grouped",
-    "limit_query", "supg_recall", "supg_precision", "find_rare",
+    "limit_query", "recall_binomial", "recall_adaptive", "recall_normal", "supg_precision",
+    "selection_forecast", "find_rare",
 ]

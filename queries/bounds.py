@@ -3,8 +3,6 @@
 - Empirical Bernstein-Serfling (Bardenet & Maillard 2015, Thm 3) for means of samples
   drawn WITHOUT replacement, used with geometric epochs (Mnih et al. 2008) so that the
   bound holds at whichever epoch sampling stops.
-- A betting upper confidence bound (Waudby-Smith & Ramdas 2023) for means of i.i.d.
-  draws bounded in [0, upper]; valid at any stopping time (Ville's inequality).
 - An exact hypergeometric lower bound on the number of positives in a finite population.
 """
 from __future__ import annotations
@@ -79,52 +77,6 @@ def epoch_checkpoints(limit: int, beta: float = 1.5) -> list[int]:
 def epoch_delta(j: int, delta: float, p: float = 1.1) -> float:
     """Share of delta for the j-th check (j >= 1); the shares sum to at most delta."""
     return delta * (p - 1.0) / (p * j ** p)
-
-
-def betting_upper_bounds(x: np.ndarray, upper: np.ndarray, delta: float,
-                         max_bet: float = 0.75, iterations: int = 40) -> np.ndarray:
-    """Upper confidence bounds at level delta on the means of the columns of x.
-
-    x is (draws, columns), each column i.i.d. in [0, upper[col]] (upper > 0 or the column
-    is all zero, whose bound is 0). Betting with the predictable plug-in bets of
-    Waudby-Smith & Ramdas on the hypothesis mean >= m; the bound is the smallest m whose
-    capital (maximised over time) stays below 1/delta. Bets use only earlier draws and not
-    the number of draws, so the bound holds when that number is a stopping time.
-    """
-    x = np.asarray(x, dtype=np.float64)
-    upper = np.asarray(upper, dtype=np.float64)
-    n, cols = x.shape
-    result = np.zeros(cols)
-    live = upper > 0
-    if n == 0:
-        result[live] = upper[live]
-        return result
-    if not live.any():
-        return result
-    scaled = x[:, live] / upper[live]
-    steps = np.arange(1, n + 1)[:, None]
-    running_mean = (0.5 + np.cumsum(scaled, axis=0)) / (steps + 1)
-    previous_mean = np.vstack([np.full((1, scaled.shape[1]), 0.5), running_mean[:-1]])
-    running_var = (0.25 + np.cumsum((scaled - previous_mean) ** 2, axis=0)) / (steps + 1)
-    previous_var = np.vstack([np.full((1, scaled.shape[1]), 0.25), running_var[:-1]])
-    log_target = math.log(1.0 / delta)
-    bets = np.minimum(max_bet, np.sqrt(2.0 * log_target / (previous_var * steps * np.log1p(steps))))
-    low = np.zeros(scaled.shape[1])
-    high = np.ones(scaled.shape[1])
-
-    def rejected(m: np.ndarray) -> np.ndarray:
-        log_capital = np.cumsum(np.log1p(bets * (m - scaled)), axis=0)
-        return log_capital.max(axis=0) >= log_target
-
-    top_rejected = rejected(high)
-    for _ in range(iterations):
-        mid = 0.5 * (low + high)
-        rej = rejected(mid)
-        high = np.where(rej, mid, high)
-        low = np.where(rej, low, mid)
-    bound = np.where(top_rejected, high, 1.0)
-    result[live] = bound * upper[live]
-    return result
 
 
 def hypergeom_lower_count(successes: int, sample: int, population: int, delta: float) -> int:

@@ -1,14 +1,17 @@
 """Aggregates under an oracle budget (ABae-style): proxy-stratified two-stage sampling with
-a bootstrap confidence interval that replays both stages.
+a finite-sample confidence interval (queries/stratum_bounds.py).
 
 Frames are cut into K equal strata by proxy rank. Stage 1 spends half the budget evenly
 across strata; stage 2 gives each stratum a share proportional to the standard deviation
 of its contribution to the estimate (for AVG: of pred*(stat - avg), i.e. sqrt(p_k) sigma_k
 when stratum means agree), with a floor so that no stratum starves. Each stratum is drawn
 in one random order, so no frame is ever drawn twice and no stratum gives more than it has.
+The interval bounds each stratum's predicate count and its mean statistic by betting
+confidence sequences valid at the data-dependent stage-2 size, and combines them.
 """
 from __future__ import annotations
 
+import math
 from typing import Callable, Hashable
 
 import numpy as np
@@ -17,32 +20,39 @@ from vidql.engine.errors import OracleError, ParameterError
 
 from .oracle_calls import DistinctOracle, as_flags, as_values
 from .results import AggregateResult
-from .validation import check_confidence, check_fraction, check_int, check_scores, make_rng
+from .stratum_bounds import stratified_interval
+from .validation import (check_confidence, check_fraction, check_int, check_scores,
+                         check_value_range, make_rng)
 
 AGGREGATES = ("avg", "sum", "count")
-BOOTSTRAP_CELLS = 4_000_000  # resampled values held in memory at once
+MIN_BUDGET_PER_STRATUM = 2  # ORACLE BUDGET must be at least this times the strata (5): 10
+NO_POSITIVE_NOTE = ("no sampled frame satisfies the predicate: the estimate is NULL and the "
+                    "interval is what the sample supports; raise the ORACLE BUDGET")
 
 
 def aggregate_budget(proxy: np.ndarray, true_values: Callable, *, budget: int,
                      agg: str = "avg", confidence: float = 0.95, strata: int = 5, seed=0,
-                     n_bootstrap: int = 1000, pilot_fraction: float = 0.5,
+                     value_range: tuple[float, float] | None = None,
+                     pilot_fraction: float = 0.5,
                      floor_fraction: float = 0.1) -> AggregateResult:
     """AVG / SUM / COUNT over the frames where a predicate holds, spending at most `budget`
     oracle calls.
 
     `true_values(frames) -> (stat float64, pred bool)`. AVG is the mean of stat over
-    predicate frames, SUM their total, COUNT their number. The interval is the bootstrap
-    percentile interval (`n_bootstrap` resamples replaying both stages); each stratum's
-    resampling includes a half-weight phantom positive so that strata where the pilot saw
-    no positive still carry their uncertainty.
+    predicate frames, SUM their total, COUNT their number. The interval holds in finite
+    samples when stat stays in `value_range`; without one, the range of stat over all
+    sampled frames stands in (details['range_source'] says which). With no predicate frame
+    sampled, AVG's estimate is NaN (NULL) and SUM/COUNT's is 0, with the interval the sample
+    supports and details['note'] saying so.
     """
-    return _two_stage(proxy, true_values, budget, agg, confidence, strata, seed, n_bootstrap,
+    return _two_stage(proxy, true_values, budget, agg, confidence, strata, seed, value_range,
                       pilot_fraction, floor_fraction, grouped=False)[None]
 
 
 def aggregate_budget_grouped(proxy: np.ndarray, true_values: Callable, *, budget: int,
                              agg: str = "avg", confidence: float = 0.95, strata: int = 5,
-                             seed=0, n_bootstrap: int = 1000, pilot_fraction: float = 0.5,
+                             seed=0, value_range: tuple[float, float] | None = None,
+                             pilot_fraction: float = 0.5,
                              floor_fraction: float = 0.1) -> dict[Hashable, AggregateResult]:
     """GROUP BY a small categorical per-frame column, under one shared budget.
 
@@ -50,9 +60,10 @@ def aggregate_budget_grouped(proxy: np.ndarray, true_values: Callable, *, budget
     frame. One two-stage sample serves every group; stage 2 averages the groups'
     normalised allocations so each group gets a fair share. Returns one result per group
     seen in the sample (all with the shared oracle_calls and frames); groups never sampled
-    are absent.
+    are absent. The confidence is split evenly across the groups seen (Bonferroni), so all
+    groups' intervals hold at once.
     """
-    return _two_stage(proxy, true_values, budget, agg, confidence, strata, seed, n_bootstrap,
+    return _two_stage(proxy, true_values, budget, agg, confidence, strata, seed, value_range,
                       pilot_fraction, floor_fraction, grouped=True)
 
 
@@ -163,7 +174,7 @@ def _group_columns(stat, pred, code, groups: int):
     return np.where(member, stat[:, None], 0.0), member.astype(np.float64)
 
 
-def _two_stage(proxy, true_values, budget, agg, confidence, strata, seed, n_bootstrap,
+def _two_stage(proxy, true_values, budget, agg, confidence, strata, seed, value_range,
                pilot_fraction, floor_fraction, grouped):
     proxy = check_scores("proxy", proxy)
     n = proxy.size
@@ -173,13 +184,12 @@ def _two_stage(proxy, true_values, budget, agg, confidence, strata, seed, n_boot
     strata = check_int("strata", strata, 1)
     if strata > n:
         raise ParameterError(f"strata ({strata}) cannot exceed the number of frames ({n})")
-    budget = check_int("budget", budget, 2 * strata)
-    n_bootstrap = check_int("n_bootstrap", n_bootstrap, 100)
+    budget = check_int("budget", budget, MIN_BUDGET_PER_STRATUM * strata)
+    value_range = check_value_range(value_range)
     pilot_fraction = check_fraction("pilot_fraction", pilot_fraction, inclusive_high=False)
     floor_fraction = check_fraction("floor_fraction", floor_fraction)
     rng = make_rng(seed)
     labels = _Labels(true_values, n, grouped)
-    alpha = 1.0 - confidence
 
     if budget >= n:
         frames = np.arange(n, dtype=np.int64)
@@ -189,7 +199,7 @@ def _two_stage(proxy, true_values, budget, agg, confidence, strata, seed, n_boot
         est = _estimates(a.sum(0)[None, None], b.sum(0)[None, None], np.array([[1]]),
                          np.array([1.0]), agg)[0]
         return _package(labels, grouped, est, est, est, frames, True, agg, confidence,
-                        {"strata": strata, "n_bootstrap": 0}, n)
+                        {"strata": strata}, b.sum(0))
 
     order = np.lexsort((rng.random(n), proxy))
     members = [rng.permutation(s) for s in np.array_split(order, strata)]
@@ -205,107 +215,69 @@ def _two_stage(proxy, true_values, budget, agg, confidence, strata, seed, n_boot
                    floor_fraction)[0]
     second = [labels(m[k1:k1 + k2]) for m, k1, k2 in zip(members, n1, n2)]
     groups = len(labels.codes) if grouped else 1
-    pooled = []
+    pooled, seen_stats = [], []
     for first, extra in zip(pilot, second):
         stat, pred, code = (np.concatenate([x, y]) for x, y in zip(first, extra))
-        a, b = _group_columns(stat, pred, code, groups)
-        pooled.append((a, b))
+        pooled.append(_group_columns(stat, pred, code, groups))
+        seen_stats.append(stat)
     count = n1 + n2
     sa = np.stack([a.sum(0) for a, _ in pooled])[None]
     sb = np.stack([b.sum(0) for _, b in pooled])[None]
     estimate = _estimates(sa, sb, count, sizes, agg)[0]
-    boot = _bootstrap(pooled, n1, sizes, caps, budget, agg, floor_fraction, n_bootstrap, rng)
-    low, high = _percentiles(boot, alpha)
+    # stage-1 sizes are fixed in advance: a deterministic horizon for the bets
+    horizons = np.maximum(n1, np.minimum(caps, budget // strata))
+    x_range = value_range or _sample_range(seen_stats)
+    low, high = _intervals(pooled, sizes, horizons, agg, x_range, 1.0 - confidence)
     frames = np.sort(np.concatenate([m[:k1 + k2] for m, k1, k2 in zip(members, n1, n2)]))
     details = {"strata": strata, "stratum_sizes": caps.tolist(), "pilot": n1.tolist(),
-               "stage2": n2.tolist(), "n_bootstrap": n_bootstrap,
-               "bootstrap_undefined": np.isnan(boot).mean(axis=0).tolist()}
+               "stage2": n2.tolist(), "interval": "finite-sample (betting, union over strata)",
+               "value_range": list(x_range),
+               "range_source": "value_range" if value_range else "sample"}
+    if grouped:
+        details["confidence_split"] = f"{1 - confidence:g} split evenly over {groups} groups"
     return _package(labels, grouped, estimate, low, high, frames, False, agg, confidence,
-                    details, n)
-
-
-def _percentiles(boot: np.ndarray, alpha: float) -> tuple[np.ndarray, np.ndarray]:
-    """Percentile interval per group over the defined bootstrap estimates (NaN if none)."""
-    low = np.full(boot.shape[1], np.nan)
-    high = np.full(boot.shape[1], np.nan)
-    for j in range(boot.shape[1]):
-        column = boot[:, j][~np.isnan(boot[:, j])]
-        if column.size:
-            low[j], high[j] = np.quantile(column, [alpha / 2, 1 - alpha / 2])
-    return low, high
+                    details, sb[0].sum(0))
 
 
 def _sums(a, b):
     return a.sum(0), b.sum(0), (a * a).sum(0)
 
 
-def _with_phantoms(pooled, phantom_weight: float):
-    """Each stratum's pooled sample plus one phantom positive per group (stat = the group's
-    mean over all sampled positives), drawn with weight `phantom_weight` against 1 for a
-    real sample. A stratum where no positive was sampled thus still varies in the
-    bootstrap, as its unknown rate does (Jeffreys-style smoothing); with many samples the
-    phantoms' effect vanishes."""
+def _sample_range(labels_seen: list[np.ndarray]) -> tuple[float, float]:
+    """The statistic's range over every sampled frame (predicate or not)."""
+    stats = np.concatenate(labels_seen)
+    return (float(stats.min()), float(stats.max())) if stats.size else (0.0, 0.0)
+
+
+def _intervals(pooled, sizes, horizons, agg, value_range, delta):
+    """Per group: the finite-sample interval (queries/stratum_bounds.py), at level
+    delta / groups so that all groups hold at once."""
     groups = pooled[0][0].shape[1]
-    a_all = np.concatenate([a for a, _ in pooled])
-    b_all = np.concatenate([b for _, b in pooled])
-    counts = b_all.sum(0)
-    means = np.where(counts > 0, a_all.sum(0) / np.maximum(counts, 1), 0.0)
-    phantom_a = np.diag(means)
-    phantom_b = np.eye(groups)
-    return [(np.vstack([a, phantom_a]), np.vstack([b, phantom_b]), a.shape[0])
-            for a, b in pooled]
+    out = np.array([stratified_interval([a[:, g] for a, _ in pooled],
+                                        [b[:, g] for _, b in pooled], sizes, horizons, agg,
+                                        value_range, delta / groups)
+                    for g in range(groups)])
+    return out[:, 0], out[:, 1]
 
 
-def _draw(real: int, groups: int, phantom_weight: float, shape, rng) -> np.ndarray:
-    """Indices into real samples (weight 1 each) then phantoms (phantom_weight each)."""
-    u = rng.random(shape) * (real + groups * phantom_weight)
-    phantom = np.minimum((u - real) / phantom_weight, groups - 1)
-    return np.where(u < real, u, real + phantom).astype(np.int64)
-
-
-def _bootstrap(pooled, n1, sizes, caps, budget, agg, floor_fraction, reps, rng,
-               phantom_weight=0.5):
-    """Replay both stages on resamples of each stratum's pooled sample -> (reps, G)."""
-    k = len(pooled)
-    groups = pooled[0][0].shape[1]
-    worlds = _with_phantoms(pooled, phantom_weight)
-    out = []
-    widest = max(max(n1[i], budget) * groups for i in range(k))
-    chunk = max(1, min(reps, BOOTSTRAP_CELLS // max(widest, 1)))
-    for start in range(0, reps, chunk):
-        r = min(chunk, reps - start)
-        s1 = np.zeros((3, r, k, groups))
-        for i, (a, b, real) in enumerate(worlds):
-            idx = _draw(real, groups, phantom_weight, (r, n1[i]), rng)
-            ra, rb = a[idx], b[idx]
-            s1[0, :, i], s1[1, :, i], s1[2, :, i] = ra.sum(1), rb.sum(1), (ra * ra).sum(1)
-        spread = _stratum_spread(s1[0], s1[1], s1[2], n1, sizes, agg)
-        n2 = _allocate(budget - n1.sum(), _stage2_weights(spread, sizes), caps - n1,
-                       floor_fraction)
-        sa, sb = s1[0].copy(), s1[1].copy()
-        for i, (a, b, real) in enumerate(worlds):
-            width = int(n2[:, i].max())
-            if width == 0:
-                continue
-            idx = _draw(real, groups, phantom_weight, (r, width), rng)
-            keep = (np.arange(width)[None, :] < n2[:, i:i + 1])[..., None]
-            sa[:, i] += (a[idx] * keep).sum(1)
-            sb[:, i] += (b[idx] * keep).sum(1)
-        out.append(_estimates(sa, sb, n1[None, :] + n2, sizes, agg))
-    return np.concatenate(out)
-
-
-def _package(labels, grouped, estimate, low, high, frames, exact, agg, confidence, details, n):
-    """One AggregateResult per group (key None when not grouped)."""
+def _package(labels, grouped, estimate, low, high, frames, exact, agg, confidence, details,
+             positives):
+    """One AggregateResult per group (key None when not grouped); `positives` counts each
+    group's sampled predicate frames."""
     calls = labels.oracle.calls
     keys = list(labels.codes) if grouped else [None]
     results = {}
     for j, key in enumerate(keys):
-        info = dict(details, agg=agg)
-        if "bootstrap_undefined" in info:
-            info["bootstrap_undefined"] = info["bootstrap_undefined"][j]
+        info = dict(details, agg=agg, positives_sampled=int(positives[j]))
         if grouped:
             info["group"] = key
-        results[key] = AggregateResult(float(estimate[j]), float(low[j]), float(high[j]),
+        value = float(estimate[j])
+        if positives[j] == 0:
+            value = math.nan if agg == "avg" else value
+            if not exact:
+                info["note"] = NO_POSITIVE_NOTE
+        elif not math.isnan(low[j]):
+            value = min(max(value, float(low[j])), float(high[j]))
+        results[key] = AggregateResult(value, float(low[j]), float(high[j]),
                                        confidence, calls, frames, exact, "abae", None, info)
     return results

@@ -1,19 +1,9 @@
-"""Selection with a recall or precision guarantee (SUPG-style), with bounds that hold in
-finite samples.
+"""Selection with a precision guarantee (SUPG-style), with bounds that hold in finite
+samples; recall targets are in queries/select_binomial.py.
 
-Both operators return the frames above a proxy cutoff plus every sampled positive, minus
+The operator returns the frames above a proxy cutoff plus every sampled positive, minus
 every sampled negative.
 
-- Recall: frames are drawn with replacement from q = (1-u) sqrt(proxy)/sum + u/N (u = 10%
-  uniform) until `budget` distinct frames are labelled. For the set of the top-m frames,
-  the positives left out, FN(m) = N E_q[w O 1{rank >= m}] with w = 1/(N q), get an upper
-  bound and the positives kept, TP(m), a lower bound (the larger of a betting bound and
-  the positives already labelled inside), each by betting at delta/2 (valid at the
-  data-dependent number of draws); cutoff m passes when TP_low / (TP_low + FN_up) >=
-  target. Cutoffs are tested from all frames downwards and the last one of the unbroken
-  run of passes is kept:
-  the answer fails only if the first bad cutoff passes its level-delta test, so no
-  correction for testing many cutoffs is needed.
 - Precision: stage 1 draws as above to estimate how many positives exist, which caps the
   candidate prefix at top-M; stage 2 labels frames of that prefix uniformly without
   replacement. For each of `cutoffs` candidate cutoffs, an exact hypergeometric lower
@@ -29,7 +19,7 @@ from typing import Callable
 import numpy as np
 from scipy import stats
 
-from .bounds import betting_upper_bounds, hypergeom_lower_count
+from .bounds import hypergeom_lower_count
 from .limit import proxy_order
 from .oracle_calls import DistinctOracle, as_flags
 from .results import SelectionResult
@@ -37,7 +27,6 @@ from .validation import (check_confidence, check_fraction, check_int, check_scor
                          make_rng)
 
 MIN_BUDGET = 10
-RECALL_BLOCK = 8  # cutoffs whose bounds are computed together (tests stop at a failure)
 
 
 def sampling_distribution(proxy: np.ndarray, uniform_mix: float = 0.1) -> np.ndarray:
@@ -112,75 +101,6 @@ def _exact(n, oracle, details):
     details.update(exact=True, guarantee_met=True,
                    note="budget covers every frame: the answer is exact")
     return _answer(n, np.zeros(0, dtype=np.int64), frames, labels, oracle.calls, details)
-
-
-def supg_recall(proxy: np.ndarray, predicate: Callable[[np.ndarray], np.ndarray], *,
-                target: float = 0.9, confidence: float = 0.95, budget: int = 1000, seed=0,
-                uniform_mix: float = 0.1, cutoffs: int = 200) -> SelectionResult:
-    """Frames such that recall >= target with probability >= confidence.
-
-    Spends exactly min(budget, n) oracle calls. When the budget cannot certify a smaller
-    set, the answer is every frame except the sampled negatives (`details['note']`).
-    """
-    proxy, target, confidence, budget, uniform_mix, rng = _validate(
-        proxy, target, confidence, budget, uniform_mix, seed)
-    cutoffs = check_int("cutoffs", cutoffs, 2)
-    n = proxy.size
-    delta = 1.0 - confidence
-    oracle = DistinctOracle(predicate, n)
-    details = {"target": target, "confidence": confidence, "kind": "recall", "exact": False}
-    if budget >= n:
-        return _exact(n, oracle, details)
-    order = proxy_order(proxy, rng)
-    rank = np.empty(n, dtype=np.int64)
-    rank[order] = np.arange(n)
-    q = sampling_distribution(proxy, uniform_mix)
-    draws, frames = _draw_distinct(q, budget, rng)
-    labels = as_flags(oracle(frames), frames.size)
-    positive = np.zeros(n, dtype=bool)
-    positive[frames[labels]] = True
-    weight = 1.0 / (n * q[draws])
-    hit = positive[draws]
-    # candidate set sizes from all frames down to 1, geometric, tested in that order
-    sizes = np.unique(np.round(n * np.geomspace(1.0, 1.0 / n, cutoffs)).astype(np.int64))[::-1]
-    sizes = sizes[sizes >= 1]
-    # largest weight among frames outside the top-m: 1 / (n * min q over ranks >= m)
-    q_by_rank = q[order]
-    suffix_min_q = np.minimum.accumulate(q_by_rank[::-1])[::-1]
-    known_pos_by_rank = np.cumsum(positive[order])  # known positives within top-(r+1)
-    # largest weight among frames inside the top-m: 1 / (n * min q over ranks < m)
-    prefix_min_q = np.minimum.accumulate(q_by_rank)
-    draw_rank = rank[draws]
-    chosen, fn_bound, tp_bound = n, 0.0, float(positive.sum())
-    for start in range(0, sizes.size, RECALL_BLOCK):
-        block = sizes[start:start + RECALL_BLOCK]
-        outside = draw_rank[:, None] >= block[None, :]
-        found = hit[:, None] & outside
-        x_out = np.where(found, weight[:, None], 0.0)
-        out_caps = np.array([1.0 / (n * suffix_min_q[m]) if m < n else 0.0 for m in block])
-        fn_upper = n * betting_upper_bounds(x_out, out_caps, delta / 2)
-        # lower bound on positives inside: reflect w*O*1{inside} within [0, cap]
-        in_caps = np.array([1.0 / (n * prefix_min_q[m - 1]) for m in block])
-        x_in = np.where(hit[:, None] & ~outside, weight[:, None], 0.0)
-        tp_lower = n * (in_caps - betting_upper_bounds(in_caps[None, :] - x_in, in_caps, delta / 2))
-        stop = False
-        for j, m in enumerate(block):
-            inside = max(float(known_pos_by_rank[m - 1]), float(tp_lower[j]))
-            if fn_upper[j] == 0.0 or (inside > 0 and inside / (inside + fn_upper[j]) >= target):
-                chosen, fn_bound, tp_bound = int(m), float(fn_upper[j]), inside
-            else:
-                stop = True
-                break
-        if stop:
-            break
-    details.update(cutoff_rank=chosen, proxy_threshold=float(proxy[order[chosen - 1]]),
-                   missed_positives_bound=fn_bound, kept_positives_bound=tp_bound,
-                   draws=int(draws.size),
-                   sampled_positives=int(labels.sum()), guarantee_met=True)
-    if chosen == n:
-        details["note"] = ("budget too small to certify a smaller set at this confidence: "
-                           "returned every frame except sampled negatives")
-    return _answer(n, order[:chosen], frames, labels, oracle.calls, details)
 
 
 def supg_precision(proxy: np.ndarray, predicate: Callable[[np.ndarray], np.ndarray], *,

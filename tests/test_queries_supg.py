@@ -1,12 +1,16 @@
-"""SUPG selection: recall and precision guarantees over seeded trials (synthetic and the
-real onto.csv table), call accounting, safe answers, and parameter checks."""
+"""Selection: recall targets by exact binomial testing (fixed budget, adaptive budget, and
+the APPROXIMATE normal mode) and SUPG precision targets, over seeded trials (synthetic and
+the real onto.csv table), call accounting, safe answers, and parameter checks."""
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from vidql.engine.errors import ParameterError
-from vidql.queries import supg_precision, supg_recall
+from vidql.queries import (recall_adaptive, recall_binomial, recall_normal, selection_forecast,
+                           supg_precision)
+from vidql.queries.select_binomial import (adaptive_schedule, binomial_cut, critical_count,
+                                           min_positive_draws)
 from vidql.queries.supg import sampling_distribution
 
 TRIALS = 200
@@ -34,14 +38,13 @@ def precision_of(frames, labels):
     return labels[frames].mean() if frames.size else 1.0
 
 
-@pytest.mark.parametrize("mix, budget", [(0.1, 2000), (1.0, 1000)])
-def test_recall_guarantee_holds(mix, budget):
+@pytest.mark.parametrize("budget", [300, 1000])
+def test_recall_guarantee_holds(budget):
     proxy, labels = population(0)
     rec, sizes = [], []
     for seed in range(TRIALS):
-        res = supg_recall(proxy, lambda f: labels[f], target=0.9, budget=budget, seed=seed,
-                          uniform_mix=mix)
-        assert res.oracle_calls == budget
+        res = recall_binomial(proxy, lambda f: labels[f], target=0.9, budget=budget, seed=seed)
+        assert res.oracle_calls == res.details["labels_used"] <= budget
         rec.append(recall_of(res.frames, labels))
         sizes.append(res.frames.size)
     assert np.mean(np.array(rec) >= 0.9) >= 0.93
@@ -64,29 +67,85 @@ def test_rare_population_guarantees():
     proxy, labels = rare_population(2)
     ok_recall = ok_precision = 0
     for seed in range(100):
-        r = supg_recall(proxy, lambda f: labels[f], target=0.9, budget=1000, seed=seed)
+        r = recall_binomial(proxy, lambda f: labels[f], target=0.9, budget=3000, seed=seed)
         p = supg_precision(proxy, lambda f: labels[f], target=0.95, budget=1000, seed=seed)
         ok_recall += recall_of(r.frames, labels) >= 0.9
         ok_precision += precision_of(p.frames, labels) >= 0.95
     assert ok_recall >= 93 and ok_precision >= 93
 
 
-@pytest.mark.shared
-def test_guarantees_on_onto_table():
+def onto_table():
     if not ONTO.exists():
         pytest.skip(f"real proxy table {ONTO} not present")
     import pandas as pd
 
     table = pd.read_csv(ONTO)
-    proxy = table["proxy_score"].to_numpy()
-    labels = table["label"].to_numpy() > 0.5
+    return table["proxy_score"].to_numpy(), table["label"].to_numpy() > 0.5
+
+
+@pytest.mark.slow
+@pytest.mark.shared
+def test_guarantees_on_onto_table():
+    proxy, labels = onto_table()
     ok_recall = ok_precision = 0
+    sizes = []
     for seed in range(TRIALS):
-        r = supg_recall(proxy, lambda f: labels[f], target=0.9, budget=1000, seed=seed)
+        r = recall_binomial(proxy, lambda f: labels[f], target=0.9, budget=2000, seed=seed)
         p = supg_precision(proxy, lambda f: labels[f], target=0.95, budget=1000, seed=seed)
         ok_recall += recall_of(r.frames, labels) >= 0.9
         ok_precision += precision_of(p.frames, labels) >= 0.95
-    assert ok_recall / TRIALS >= 0.93 and ok_precision / TRIALS >= 0.93
+        sizes.append(r.frames.size)
+    assert ok_recall / TRIALS >= 0.95 and ok_precision / TRIALS >= 0.93
+    assert np.mean(sizes) <= 9397 / 3  # the betting selector returned 9397 on average
+
+
+@pytest.mark.slow
+@pytest.mark.shared
+def test_adaptive_budget_on_onto_table():
+    proxy, labels = onto_table()
+    ok, calls, sizes = 0, [], []
+    for seed in range(TRIALS):
+        r = recall_adaptive(proxy, lambda f: labels[f], target=0.9, max_budget=5000, seed=seed)
+        ok += recall_of(r.frames, labels) >= 0.9
+        calls.append(r.details["labels_used"])
+        sizes.append(r.frames.size)
+    assert ok / TRIALS >= 0.93
+    assert np.mean(calls) < 5000 and np.median(sizes) <= 2 * 2 * labels.sum()
+
+
+def test_adaptive_stops_early_and_reports_labels():
+    proxy, labels = population(6)
+    r = recall_adaptive(proxy, lambda f: labels[f], target=0.9, max_budget=8000, seed=0)
+    assert r.details["looks"] < len(adaptive_schedule(8000))  # stopped before the cap
+    assert r.oracle_calls == r.details["labels_used"] < 8000
+    assert r.frames.size <= 2 * r.details["estimated_positives"] + r.details["sampled_positives"]
+    assert recall_of(r.frames, labels) >= 0.9
+
+
+def test_adaptive_guarantee_holds():
+    proxy, labels = population(7, n=5000, rate=0.05, separation=3.0)
+    ok = sum(recall_of(recall_adaptive(proxy, lambda f: labels[f], target=0.9,
+                                       max_budget=2000, seed=s).frames, labels) >= 0.9
+             for s in range(TRIALS))
+    assert ok / TRIALS >= 0.93
+
+
+def test_approximate_mode_is_labelled_and_certifies_a_cut():
+    proxy, labels = population(8)
+    r = recall_normal(proxy, lambda f: labels[f], target=0.9, budget=1000, seed=0)
+    assert "normal approximation" in r.details["method"] and not r.details["guarantee_met"]
+    assert r.frames.size < 0.5 * labels.size and r.details["adjusted_target"] >= 0.9
+
+
+def test_binomial_cut_rule():
+    delta, target = 0.05, 0.9
+    assert min_positive_draws(target, 0.95) == 29
+    assert critical_count(28, target, delta) is None and critical_count(29, target, delta) == 29
+    c = critical_count(100, target, delta)
+    assert 0.9 < c / 100 < 1.0  # a few draws of slack above 90%
+    ranks = np.arange(100) * 10
+    assert binomial_cut(ranks, target, delta, 5000) == ranks[c - 1] + 1
+    assert binomial_cut(ranks[:20], target, delta, 5000) == 5000  # too few: everything
 
 
 def test_returned_set_rules_and_single_labelling():
@@ -97,9 +156,9 @@ def test_returned_set_rules_and_single_labelling():
         asked.extend(frames.tolist())
         return labels[frames]
 
-    res = supg_recall(proxy, oracle, budget=500, seed=0)
+    res = recall_binomial(proxy, oracle, budget=500, seed=0)
     sampled = np.array(asked)
-    assert len(asked) == len(set(asked)) == res.oracle_calls == 500
+    assert len(asked) == len(set(asked)) == res.oracle_calls <= 500
     returned = set(res.frames.tolist())
     assert all(f in returned for f in sampled[labels[sampled]])  # sampled positives kept
     assert not any(f in returned for f in sampled[~labels[sampled]])  # negatives dropped
@@ -109,7 +168,7 @@ def test_returned_set_rules_and_single_labelling():
 
 def test_safe_answers_when_budget_is_too_small():
     proxy, labels = population(4, n=20000, rate=0.01, separation=0.5)
-    r = supg_recall(proxy, lambda f: labels[f], budget=20, seed=0)
+    r = recall_binomial(proxy, lambda f: labels[f], budget=20, seed=0)
     assert r.frames.size >= 20000 - 20 and "note" in r.details
     p = supg_precision(proxy, lambda f: labels[f], target=0.99, budget=20, seed=0)
     # too few labels to bound an unlabelled frame: only labelled positives come back
@@ -118,8 +177,9 @@ def test_safe_answers_when_budget_is_too_small():
 
 def test_exact_when_budget_covers_everything():
     proxy, labels = population(5, n=300)
-    for op in (supg_recall, supg_precision):
-        res = op(proxy, lambda f: labels[f], budget=300)
+    for op in (recall_binomial, recall_adaptive, recall_normal, supg_precision):
+        budget = {"max_budget": 300} if op is recall_adaptive else {"budget": 300}
+        res = op(proxy, lambda f: labels[f], **budget)
         assert np.array_equal(res.frames, np.flatnonzero(labels)) and res.details["exact"]
 
 
@@ -131,11 +191,20 @@ def test_sampling_distribution_copies_and_rank_normalises():
     assert q.sum() == pytest.approx(1.0) and np.all(np.diff(q) > 0) and q.min() >= 0.1 / 4
 
 
+def test_recall_target_of_100_percent_returns_all_but_sampled_negatives():
+    proxy, labels = population(9, n=2000)
+    for op in (recall_binomial, recall_adaptive):
+        budget = {"max_budget": 500} if op is recall_adaptive else {"budget": 500}
+        res = op(proxy, lambda f: labels[f], target=1.0, **budget)
+        assert recall_of(res.frames, labels) == 1.0 and "note" in res.details
+    assert "100%" in selection_forecast(proxy, "recall", 1.0, 0.95, 500)["note"]
+
+
 @pytest.mark.parametrize("kwargs, message", [
-    (dict(target=1.0), "target"), (dict(target=0), "target"), (dict(confidence=1), "confidence"),
-    (dict(budget=5), "budget"), (dict(uniform_mix=0), "uniform_mix"),
+    (dict(target=1.5), "target"), (dict(target=0), "target"), (dict(confidence=1), "confidence"),
+    (dict(budget=5), "budget"),
 ])
 def test_parameter_errors(kwargs, message):
-    for op in (supg_recall, supg_precision):
+    for op in (recall_binomial, recall_normal, supg_precision):
         with pytest.raises(ParameterError, match=message):
             op(np.linspace(0, 1, 100), lambda f: np.zeros(f.size, bool), **kwargs)

@@ -198,19 +198,29 @@ class VideoQuery:
         """Up to `n` oracle-confirmed frames matching the predicate, `gap` frames apart."""
         return self._run(self._limit_sql(n, gap, budget))
 
-    def _select_sql(self, recall=None, precision=None, confidence=None, budget=None) -> str:
+    def _select_sql(self, recall=None, precision=None, confidence=None, budget=None,
+                    max_budget=None, approximate=False) -> str:
         if (recall is None) == (precision is None):
             raise ParameterError("select() takes exactly one of recall= or precision=")
+        if budget is not None and max_budget is not None:
+            raise ParameterError("select() takes budget= (a fixed budget) or max_budget= "
+                                 "(adaptive, up to a cap), not both")
         target = f"RECALL TARGET {_number('recall', recall)}" if recall is not None else \
             f"PRECISION TARGET {_number('precision', precision)}"
-        tail = self._tail(target, _confidence(confidence),
-                          _optional("ORACLE BUDGET", "budget", budget))
+        spend = _optional("ORACLE BUDGET UP TO", "max_budget", max_budget) or \
+            _optional("ORACLE BUDGET", "budget", budget)
+        tail = self._tail(target, _confidence(confidence), spend,
+                          "APPROXIMATE" if approximate else "")
         return f"SELECT frame, ts FROM {self.video}{self._where()} {tail}"
 
     def select(self, *, recall: float | None = None, precision: float | None = None,
-               confidence: float | None = None, budget: int | None = None):
-        """Frames matching the predicate with a recall or precision guarantee (SUPG)."""
-        return self._run(self._select_sql(recall, precision, confidence, budget))
+               confidence: float | None = None, budget: int | None = None,
+               max_budget: int | None = None, approximate: bool = False):
+        """Frames matching the predicate with a recall or precision guarantee. `max_budget`
+        (recall only) samples in rounds and stops early once the set is small enough;
+        `approximate` uses SUPG's normal-approximation bounds (not finite-sample)."""
+        return self._run(self._select_sql(recall, precision, confidence, budget, max_budget,
+                                          approximate))
 
     def _rare_sql(self, budget=None) -> str:
         tail = self._tail("FIND RARE", _optional("ORACLE BUDGET", "budget", budget))
