@@ -1,0 +1,34 @@
+"""The `scale` bench scenario, run through the bench runner at a tiny N."""
+from __future__ import annotations
+
+import json
+
+from vidql.bench.registry import BenchContext
+from vidql.bench.runner import run
+from vidql.bench.scenarios_scale import QUERIES, QUERY_FIGURES
+
+N_FRAMES = 1000
+
+
+def test_scale_scenario_reports_every_figure(tmp_path, monkeypatch):
+    monkeypatch.setenv("VIDQL_SCALE_SIZES", str(N_FRAMES))
+    monkeypatch.setenv("VIDQL_SCALE_INDEX", json.dumps({"embedder": "pixel", "reps": 40}))
+    ctx = BenchContext(out_dir=tmp_path / "out", quick=True, cache_dir=tmp_path / "cache")
+    run(["scale"], ctx)
+    entry = json.loads((ctx.out_dir / "results.json").read_text())["scenarios"]["scale"]
+    assert "error" not in entry, entry.get("traceback")
+    figures = entry["figures"]
+    assert figures["sizes"] == [N_FRAMES]
+    assert figures["index_options"] == {"embedder": "pixel", "reps": 40}
+    result = figures["runs"][str(N_FRAMES)]
+    for step in ("load_video", "create_index"):
+        assert {"seconds", "peak_rss_mb", "rss_before_mb"} <= set(result[step])
+    assert {"oracle_calls", "disk_mb", "stage_seconds"} <= set(result["create_index"])
+    assert result["create_index"]["disk_mb"] > 0
+    assert set(result["queries"]) == set(QUERIES)
+    for kind, figures_of_kind in result["queries"].items():
+        assert set(QUERY_FIGURES) <= set(figures_of_kind), kind
+    assert "peak_rss_mb" in result
+    assert [p.endswith("scale.png") for p in entry["plots"]] == [True]
+    assert (ctx.out_dir / "scale.png").stat().st_size > 0
+    assert not list(ctx.out_dir.glob("scale-*.db")), "the bench databases are removed"
