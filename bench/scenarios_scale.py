@@ -56,17 +56,39 @@ QUERY_FIGURES = ("sql", "seconds", "oracle_calls", "cache_hits", "labels_used", 
 
 def scale_sizes(quick: bool) -> tuple[int, ...]:
     """Frame counts to run: VIDQL_SCALE_SIZES (comma-separated) or the quick/full defaults."""
+    from vidql.engine.errors import ParameterError
+
     text = os.environ.get("VIDQL_SCALE_SIZES", "").strip()
-    if text:
-        return tuple(int(s) for s in text.split(","))
-    return SIZES_QUICK if quick else SIZES_FULL
+    if not text:
+        return SIZES_QUICK if quick else SIZES_FULL
+    try:
+        sizes = tuple(int(s) for s in text.split(","))
+    except ValueError:
+        sizes = ()
+    if not sizes or min(sizes) < 100:
+        raise ParameterError(f"VIDQL_SCALE_SIZES={text!r}: give frame counts >= 100 separated "
+                             f"by commas, e.g. '2000,5000'")
+    return sizes
 
 
 def build_options() -> tuple[dict, dict]:
-    """(LOAD VIDEO options, CREATE INDEX options), each overridable by JSON in the env."""
-    load = json.loads(os.environ.get("VIDQL_SCALE_LOAD") or "null") or LOAD_OPTIONS
-    index = json.loads(os.environ.get("VIDQL_SCALE_INDEX") or "null") or INDEX_OPTIONS
-    return dict(load), dict(index)
+    """(LOAD VIDEO options, CREATE INDEX options): LOAD_OPTIONS and INDEX_OPTIONS, or JSON
+    objects in VIDQL_SCALE_LOAD and VIDQL_SCALE_INDEX."""
+    from vidql.engine.errors import ParameterError
+
+    chosen = []
+    for variable, default in (("VIDQL_SCALE_LOAD", LOAD_OPTIONS),
+                              ("VIDQL_SCALE_INDEX", INDEX_OPTIONS)):
+        text = os.environ.get(variable, "").strip()
+        try:
+            options = json.loads(text) if text else dict(default)
+        except json.JSONDecodeError:
+            options = None
+        if not isinstance(options, dict):
+            raise ParameterError(f"{variable}={text!r}: give a JSON object of options, e.g. "
+                                 f"'{{\"reps\": 200}}'")
+        chosen.append(options)
+    return chosen[0], chosen[1]
 
 
 def with_clause(options: dict) -> str:
@@ -352,11 +374,12 @@ def plot(ctx: BenchContext, runs: dict) -> list[str]:
     left.set(xscale="log", yscale="log", xlabel="frames", ylabel="seconds",
              title="time against N")
     left.legend(fontsize=7)
-    for label, values in (("LOAD VIDEO peak RSS", [r["load_video"]["peak_rss_mb"] for r in runs.values()]),
-                          ("CREATE INDEX peak RSS", [r["create_index"]["peak_rss_mb"] for r in runs.values()]),
-                          ("queries peak RSS", [r["peak_rss_mb"] for r in runs.values()]),
-                          ("index on disk", [r["create_index"]["disk_mb"] for r in runs.values()])):
-        right.plot(ns, values, "o-", label=label)
+    memory = {"LOAD VIDEO peak RSS": lambda r: r["load_video"]["peak_rss_mb"],
+              "CREATE INDEX peak RSS": lambda r: r["create_index"]["peak_rss_mb"],
+              "queries peak RSS": lambda r: r["peak_rss_mb"],
+              "index on disk": lambda r: r["create_index"]["disk_mb"]}
+    for label, figure in memory.items():
+        right.plot(ns, [figure(r) for r in runs.values()], "o-", label=label)
     right.set(xscale="log", yscale="log", xlabel="frames", ylabel="MiB",
               title="memory and disk against N")
     right.legend(fontsize=7)

@@ -3,9 +3,13 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from vidql.bench.registry import BenchContext
 from vidql.bench.runner import run
-from vidql.bench.scenarios_scale import QUERIES, QUERY_FIGURES
+from vidql.bench.scenarios_scale import (QUERIES, QUERY_FIGURES, build_options, scale_sizes,
+                                         with_clause)
+from vidql.engine.errors import ParameterError
 
 N_FRAMES = 1000
 
@@ -32,3 +36,21 @@ def test_scale_scenario_reports_every_figure(tmp_path, monkeypatch):
     assert [p.endswith("scale.png") for p in entry["plots"]] == [True]
     assert (ctx.out_dir / "scale.png").stat().st_size > 0
     assert not list(ctx.out_dir.glob("scale-*.db")), "the bench databases are removed"
+
+
+@pytest.mark.parametrize("variable, value", [("VIDQL_SCALE_SIZES", "10k"),
+                                             ("VIDQL_SCALE_SIZES", "50"),
+                                             ("VIDQL_SCALE_INDEX", "[1, 2]"),
+                                             ("VIDQL_SCALE_LOAD", "{rendition: 64}")])
+def test_bad_scale_settings_say_what_to_write(monkeypatch, variable, value):
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(ParameterError, match=variable):
+        scale_sizes(quick=True) if variable == "VIDQL_SCALE_SIZES" else build_options()
+
+
+def test_scale_settings_from_the_environment(monkeypatch):
+    monkeypatch.setenv("VIDQL_SCALE_SIZES", "2000,5000")
+    monkeypatch.setenv("VIDQL_SCALE_INDEX", '{"reps": 200, "embedder": "pixel"}')
+    assert scale_sizes(quick=True) == (2000, 5000)
+    assert build_options() == ({}, {"reps": 200, "embedder": "pixel"})
+    assert with_clause(build_options()[1]) == " WITH (reps = 200, embedder = 'pixel')"
