@@ -127,16 +127,18 @@ def in_child(fn, *args) -> dict:
 
 
 def load_step(db_path: str, video: str, labels: str, options: dict) -> dict:
-    """LOAD VIDEO (timed) and register the truth as the video's LABELS oracle."""
+    """LOAD VIDEO (timed, peak RSS read before anything else runs), then register the truth
+    as the video's LABELS oracle."""
     import vidql
 
     before = _peak_rss_mb()
     with vidql.connect(db_path, progress=False) as db:
         t0 = time.perf_counter()
         db.sql(f"LOAD VIDEO '{video}' AS {VIDEO}{with_clause(options)}")
-        seconds = time.perf_counter() - t0
+        figures = {"seconds": time.perf_counter() - t0, "rss_before_mb": before,
+                   "peak_rss_mb": _peak_rss_mb()}
         db.sql(f"CREATE ORACLE {ORACLE} FROM LABELS '{labels}'; SET ORACLE {VIDEO} = {ORACLE}")
-    return {"seconds": seconds, "rss_before_mb": before, "peak_rss_mb": _peak_rss_mb()}
+    return figures
 
 
 def index_step(db_path: str, options: dict) -> dict:
