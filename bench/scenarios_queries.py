@@ -283,7 +283,7 @@ def agg_budget_scenario(ctx: BenchContext) -> ScenarioResult:
         "intervals are per-stratum betting bounds combined by a union bound"])
 
 
-def _most_separated(pred: np.ndarray, gap: int) -> int:
+def most_separated(pred: np.ndarray, gap: int) -> int:
     """How many positive frames, pairwise at least `gap` apart, exist (greedy from the left
     is optimal)."""
     count, last = 0, -gap - 1
@@ -315,7 +315,7 @@ def limit_scenario(ctx: BenchContext) -> ScenarioResult:
         gap = pop.gap if pop.gap is not None else (100 if pop.temporal else 0)
         # any maximal GAP-separated set holds at least half of the largest one, so every
         # scan order can reach k; a larger k makes every method scan all frames
-        k = min(10, (_most_separated(pred, gap) + 1) // 2)
+        k = min(10, (most_separated(pred, gap) + 1) // 2)
         calls = {"proxy": [], "random": []}
         found = []
         for s in range(trials):

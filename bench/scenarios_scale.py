@@ -1,0 +1,399 @@
+"""Scenario `scale`: vidql at growing N on synthetic traffic, its truth as a LABELS oracle.
+
+For each N (10k and 100k with --quick, also 1M otherwise; VIDQL_SCALE_SIZES="2000,5000"
+overrides) it reports `LOAD VIDEO` seconds, `CREATE INDEX` seconds, the peak RSS of each
+(every step runs in a fresh spawned process, so the figure is that step's own), the index
+size on disk, and for each approximate query kind of docs/sql.md its latency, oracle calls
+and `engine_overhead` = SQL wall time / (the same operator on arrays with the same seed +
+the oracle's time). The arrays are the index's proxy as the planner reads it just before
+the query and the truth from the label file, so the overhead is everything the engine
+adds: binding, proxy propagation, the label cache, cracking.
+
+The build options are dicts (LOAD_OPTIONS, INDEX_OPTIONS; VIDQL_SCALE_LOAD and
+VIDQL_SCALE_INDEX override them with JSON) so the build can be tuned without code changes.
+"""
+from __future__ import annotations
+
+import json
+import os
+import resource
+import shutil
+import time
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
+from pathlib import Path
+
+import numpy as np
+
+from .registry import BenchContext, ScenarioResult, scenario
+from .scenarios_queries import most_separated
+
+SIZES_QUICK = (10_000, 100_000)
+SIZES_FULL = (10_000, 100_000, 1_000_000)
+LOAD_OPTIONS: dict = {}  # LOAD VIDEO ... WITH (...); {} = no rendition
+INDEX_OPTIONS: dict = {}  # CREATE INDEX ... WITH (...); {} = the engine's defaults
+TRAFFIC_SEED = 1  # seed 1 has a bus episode within the first 4000 frames
+VIDEO, ORACLE, INDEX = "traffic", "truth", "traffic_idx"
+RARE_RATE = 0.01  # the crowded-frame predicate of LIMIT and FIND RARE holds on <= 1% of frames
+LIMIT_GAP = 10  # crowded frames come in a few episodes
+# one query per approximate kind of docs/sql.md; {crowd}: the <= 1% car-count threshold;
+# {limit}: 10, or fewer where a scan in any order could not find 10 frames LIMIT_GAP apart
+QUERIES = {
+    "error_within": "SELECT AVG(objects('car')) FROM {video} ERROR WITHIN 0.1 CONFIDENCE 95%",
+    "count_predicate": "SELECT COUNT(*) FROM {video} WHERE objects('car') >= 5 "
+                       "ERROR WITHIN 5% CONFIDENCE 95%",
+    "budget": "SELECT AVG(objects('car')) FROM {video} WHERE contains('bus') "
+              "ORACLE BUDGET 2000 CONFIDENCE 95%",
+    "limit_gap": "SELECT frame FROM {video} WHERE objects('car') >= {crowd} "
+                 f"LIMIT {{limit}} GAP {LIMIT_GAP}",
+    "recall_target": "SELECT frame FROM {video} WHERE contains('bus') RECALL TARGET 90% "
+                     "CONFIDENCE 95% ORACLE BUDGET 1000",
+    "precision_target": "SELECT frame FROM {video} WHERE contains('bus') PRECISION TARGET 95% "
+                        "CONFIDENCE 95% ORACLE BUDGET 1000",
+    "find_rare": "SELECT frame FROM {video} WHERE objects('car') >= {crowd} "
+                 "FIND RARE ORACLE BUDGET 500",
+}
+QUERY_FIGURES = ("sql", "seconds", "oracle_calls", "cache_hits", "labels_used", "oracle_seconds",
+                 "cracking_seconds", "array_seconds", "array_oracle_calls", "engine_overhead",
+                 "same_answer", "answer")
+
+
+def scale_sizes(quick: bool) -> tuple[int, ...]:
+    """Frame counts to run: VIDQL_SCALE_SIZES (comma-separated) or the quick/full defaults."""
+    from vidql.engine.errors import ParameterError
+
+    text = os.environ.get("VIDQL_SCALE_SIZES", "").strip()
+    if not text:
+        return SIZES_QUICK if quick else SIZES_FULL
+    try:
+        sizes = tuple(int(s) for s in text.split(","))
+    except ValueError:
+        sizes = ()
+    if not sizes or min(sizes) < 100:
+        raise ParameterError(f"VIDQL_SCALE_SIZES={text!r}: give frame counts >= 100 separated "
+                             f"by commas, e.g. '2000,5000'")
+    return sizes
+
+
+def build_options() -> tuple[dict, dict]:
+    """(LOAD VIDEO options, CREATE INDEX options): LOAD_OPTIONS and INDEX_OPTIONS, or JSON
+    objects in VIDQL_SCALE_LOAD and VIDQL_SCALE_INDEX."""
+    from vidql.engine.errors import ParameterError
+
+    chosen = []
+    for variable, default in (("VIDQL_SCALE_LOAD", LOAD_OPTIONS),
+                              ("VIDQL_SCALE_INDEX", INDEX_OPTIONS)):
+        text = os.environ.get(variable, "").strip()
+        try:
+            options = json.loads(text) if text else dict(default)
+        except json.JSONDecodeError:
+            options = None
+        if not isinstance(options, dict):
+            raise ParameterError(f"{variable}={text!r}: give a JSON object of options, e.g. "
+                                 f"'{{\"reps\": 200}}'")
+        chosen.append(options)
+    return chosen[0], chosen[1]
+
+
+def with_clause(options: dict) -> str:
+    """` WITH (a = 1, b = 'x')` for a dialect statement; empty for no options."""
+    if not options:
+        return ""
+    value = lambda v: f"'{v}'" if isinstance(v, str) else str(v)  # noqa: E731
+    return " WITH (" + ", ".join(f"{k} = {value(v)}" for k, v in options.items()) + ")"
+
+
+def crowd_threshold(cars: np.ndarray, rate: float = RARE_RATE) -> int:
+    """The smallest car count t with objects('car') >= t on at most `rate` of frames."""
+    return next(t for t in range(1, int(cars.max()) + 2) if (cars >= t).mean() <= rate)
+
+
+# ---- steps, each in its own spawned process -------------------------------------------------
+
+def _peak_rss_mb() -> float:
+    """This process image's peak RSS (VmHWM; ru_maxrss would carry the forking parent's)."""
+    status = Path("/proc/self/status")
+    if status.exists():
+        for line in status.read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+
+def in_child(fn, *args) -> dict:
+    """Run `fn(*args)` in a fresh spawned process, so its peak RSS is its own."""
+    with ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn")) as pool:
+        return pool.submit(fn, *args).result()
+
+
+def load_step(db_path: str, video: str, labels: str, options: dict) -> dict:
+    """LOAD VIDEO (timed, peak RSS read before anything else runs), then register the truth
+    as the video's LABELS oracle."""
+    import vidql
+
+    before = _peak_rss_mb()
+    with vidql.connect(db_path, progress=False) as db:
+        t0 = time.perf_counter()
+        db.sql(f"LOAD VIDEO '{video}' AS {VIDEO}{with_clause(options)}")
+        figures = {"seconds": time.perf_counter() - t0, "rss_before_mb": before,
+                   "peak_rss_mb": _peak_rss_mb()}
+        db.sql(f"CREATE ORACLE {ORACLE} FROM LABELS '{labels}'; SET ORACLE {VIDEO} = {ORACLE}")
+    return figures
+
+
+def index_step(db_path: str, options: dict) -> dict:
+    """CREATE INDEX (timed) with `options`; its oracle calls and per-stage seconds."""
+    import vidql
+    import vidql.indexes  # noqa: F401  (torch and the index code load before rss_before_mb)
+
+    before = _peak_rss_mb()
+    with vidql.connect(db_path, progress=False) as db:
+        t0 = time.perf_counter()
+        db.sql(f"CREATE INDEX {INDEX} ON {VIDEO} USING TASTI{with_clause(options)}")
+        seconds = time.perf_counter() - t0
+        stats = db.indexes.get(INDEX).stats
+    return {"seconds": seconds, "rss_before_mb": before, "peak_rss_mb": _peak_rss_mb(),
+            "oracle_calls": int(stats.get("oracle_calls", 0)),
+            "stage_seconds": stats.get("seconds", {})}
+
+
+def copy_database(src: Path, dst: Path) -> None:
+    """Copy a closed database file (and WAL) with its artifact folder."""
+    from vidql.database import artifacts_dir_for
+
+    remove_database(dst)
+    for suffix in ("", ".wal"):
+        if Path(f"{src}{suffix}").exists():
+            shutil.copy2(f"{src}{suffix}", f"{dst}{suffix}")
+    shutil.copytree(artifacts_dir_for(src), artifacts_dir_for(dst))
+
+
+def remove_database(path: Path) -> None:
+    from vidql.database import artifacts_dir_for
+
+    for suffix in ("", ".wal"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+    shutil.rmtree(artifacts_dir_for(path), ignore_errors=True)
+
+
+def query_step(db_path: str, labels: str, sqls: dict) -> dict:
+    """Each query of `sqls` through SQL and on arrays, each on a fresh copy of the indexed
+    database (so its label cache holds only the index's labels); figures per kind."""
+    import vidql
+    from vidql.datasets import read_labels
+
+    detections = read_labels(labels)
+    base = Path(db_path)
+    work = base.with_name(base.stem + "-query.db")
+    out = {}
+    for kind, sql in sqls.items():
+        copy_database(base, work)
+        try:
+            with vidql.connect(work, progress=False) as db:
+                out[kind] = measure_query(db, sql, detections)
+        finally:
+            remove_database(work)
+    return {"queries": out, "peak_rss_mb": _peak_rss_mb()}
+
+
+# ---- one query: SQL against the operator on arrays -------------------------------------------
+
+def measure_query(db, sql: str, detections) -> dict:
+    """Run `sql` and the planner's operator on arrays with the same seed and inputs."""
+    from vidql.engine.dialect import parse
+    from vidql.engine.planner import Binding
+
+    q = parse(sql)
+    binding = Binding(db, q)  # the proxy and seed the query will see (before it cracks)
+    operator = array_operator(binding, q, detections)
+    seed = binding.sampling_seed(q.clauses.seed)
+    t0 = time.perf_counter()
+    df = db.sql(sql).df()
+    seconds = time.perf_counter() - t0
+    report = db.last_report
+    t0 = time.perf_counter()
+    result, answer = operator(seed)
+    array_seconds = time.perf_counter() - t0
+    if "estimate" in df.columns:
+        sql_answer = float(df["estimate"].iloc[0])
+        same = bool(np.isclose(sql_answer, answer, equal_nan=True))
+    else:
+        sql_answer = int(len(df))
+        same = set(df["frame"].tolist()) == set(answer.tolist())
+    return {"sql": sql, "seconds": seconds, "oracle_calls": int(report.oracle_calls),
+            "cache_hits": int(report.cache_hits),
+            "labels_used": int(report.oracle_calls + report.cache_hits),
+            "oracle_seconds": report.oracle_seconds,
+            "cracking_seconds": report.seconds.get("cracking", 0.0),
+            "array_seconds": array_seconds, "array_oracle_calls": int(result.oracle_calls),
+            "engine_overhead": seconds / max(array_seconds + report.oracle_seconds, 1e-9),
+            "same_answer": same, "answer": sql_answer}
+
+
+def array_operator(b, q, detections):
+    """The operator call the planner makes for `q` (engine/planner.py), fed the index's proxy
+    and true values from `detections`: a function seed -> (result, answer), the answer being
+    the estimate as SQL reports it, or the frames returned."""
+    from vidql import queries
+    from vidql.engine.framestat import evaluate, is_predicate, parse_frame_expr
+
+    truth = lambda expr: evaluate(expr, detections, b.population)  # noqa: E731
+    pred = q.predicate_expr or (parse_frame_expr(q.predicate) if q.predicate else None)
+    c, conf = q.clauses, q.confidence
+    if q.kind == "aggregate":
+        agg = q.aggregate
+        target = pred if agg.func == "count" else agg.expr
+        if agg.func not in ("avg", "count") or (agg.func == "avg" and pred is not None):
+            raise ValueError(f"the scale bench mirrors AVG(x) and COUNT(*) WHERE p, not {q.text}")
+        values, proxy = truth(target), b.proxy(target)
+        scale = float(b.n) if agg.func == "count" else 1.0
+
+        def run(seed):
+            result = queries.aggregate_error_bound(
+                b.n, lambda f: values[f], proxy=proxy, error=c.error, relative=c.error_relative,
+                confidence=conf, seed=seed, max_samples=c.budget, bound="betting",
+                value_range=(0.0, 1.0) if is_predicate(target) else None)
+            return result, result.estimate * scale
+        return run
+    is_true = truth(pred) > 0
+    proxy = b.proxy(pred)
+    oracle = lambda f: is_true[f]  # noqa: E731
+    frames = lambda result: b.population[np.asarray(result.frames, dtype=np.int64)]  # noqa: E731
+    if q.kind == "aggregate_budget":
+        stat = truth(q.aggregate.expr) if q.aggregate.expr is not None else np.ones(b.n)
+
+        def run(seed):
+            result = queries.aggregate_budget(proxy, lambda f: (stat[f], is_true[f]),
+                                              budget=c.budget, agg=q.aggregate.func,
+                                              confidence=conf, seed=seed)
+            return result, result.estimate
+        return run
+    embeddings = np.asarray(b.index.embeddings)[b.population] if q.kind == "rare" else None
+    calls = {
+        "limit": lambda seed: queries.limit_query(proxy, oracle, k=q.limit, gap=c.gap or 0,
+                                                  seed=seed, max_calls=c.budget,
+                                                  batch=b.cache.oracle.batch_size),
+        "select_recall": lambda seed: queries.supg_recall(
+            proxy, oracle, target=c.recall_target, uniform_mix=0.5, confidence=conf,
+            budget=c.budget, seed=seed),
+        "select_precision": lambda seed: queries.supg_precision(
+            proxy, oracle, target=c.precision_target, confidence=conf, budget=c.budget,
+            seed=seed),
+        "rare": lambda seed: queries.find_rare(embeddings, oracle, budget=c.budget, seed=seed,
+                                               proxy=proxy),
+    }
+
+    def run(seed):
+        result = calls[q.kind](seed)
+        return result, frames(result)
+    return run
+
+
+# ---- the scenario ---------------------------------------------------------------------------
+
+def directory_bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file())
+
+
+def measure_size(ctx: BenchContext, n: int, load_options: dict, index_options: dict) -> dict:
+    """Generate (or reuse) N frames of traffic, then load, index and query them."""
+    from vidql.database import artifacts_dir_for
+    from vidql.datasets import ensure_traffic, read_labels
+    from vidql.engine.framestat import evaluate
+
+    t0 = time.perf_counter()
+    video, labels = ensure_traffic(ctx.cache_dir, n, seed=TRAFFIC_SEED)
+    generate = time.perf_counter() - t0
+    cars = evaluate("objects('car')", read_labels(labels), np.arange(n))
+    crowd = crowd_threshold(cars)
+    # any maximal GAP-separated set holds half the largest one, so every scan order reaches k
+    limit = max(1, min(10, (most_separated(cars >= crowd, LIMIT_GAP) + 1) // 2))
+    sqls = {kind: template.format(video=VIDEO, crowd=crowd, limit=limit) + f" SEED {ctx.seed}"
+            for kind, template in QUERIES.items()}
+    db_path = Path(ctx.out_dir).resolve() / f"scale-{n}.db"
+    remove_database(db_path)
+    try:
+        load = in_child(load_step, str(db_path), str(video), str(labels), load_options)
+        index = in_child(index_step, str(db_path), index_options)
+        index["disk_mb"] = directory_bytes(artifacts_dir_for(db_path) / "indexes" / INDEX) / 2**20
+        queries = in_child(query_step, str(db_path), str(labels), sqls)
+    finally:  # a 1M-frame index is large: keep the figures, not the files
+        remove_database(db_path)
+    return {"frames": n, "generate_seconds": generate, "crowd_threshold": crowd, "limit": limit,
+            "load_video": load, "create_index": index, **queries}
+
+
+@scenario("scale", "LOAD VIDEO, CREATE INDEX (seconds, peak RSS, size on disk) and every "
+                   "approximate query kind (latency, oracle calls, engine overhead over the "
+                   "operator on arrays) at 10k, 100k and (full run) 1M frames")
+def run_scale(ctx: BenchContext) -> ScenarioResult:
+    load_options, index_options = build_options()
+    sizes = scale_sizes(ctx.quick)
+    runs = {}
+    for n in sizes:
+        print(f"   scale: {n} frames", flush=True)
+        runs[str(n)] = measure_size(ctx, n, load_options, index_options)
+    figures = {"sizes": list(sizes), "traffic_seed": TRAFFIC_SEED, "load_options": load_options,
+               "index_options": index_options, "runs": runs}
+    notes = ["each step runs in a fresh spawned process: peak RSS is that step's own (its "
+             "imports included; rss_before_mb is the figure after imports)",
+             "oracle = the video's truth as a LABELS oracle without a stated cost, so oracle "
+             "seconds are the measured lookup time",
+             "engine_overhead = SQL wall time / (operator on arrays with the same seed and proxy "
+             "+ oracle seconds); same_answer says the two runs agreed",
+             f"index options: {index_options or 'engine defaults'}; load options: "
+             f"{load_options or 'none'}"]
+    return ScenarioResult(figures=figures, table=table_rows(runs), notes=notes,
+                          plots=plot(ctx, runs))
+
+
+def table_rows(runs: dict) -> list[dict]:
+    """One row per frame count and step (LOAD VIDEO, CREATE INDEX, each query kind)."""
+    rows = []
+    for run in runs.values():
+        n = run["frames"]
+        for step, key in (("LOAD VIDEO", "load_video"), ("CREATE INDEX", "create_index")):
+            part = run[key]
+            rows.append({"frames": n, "step": step, "seconds": round(part["seconds"], 2),
+                         "oracle_calls": part.get("oracle_calls", 0),
+                         "peak_rss_mb": round(part["peak_rss_mb"]),
+                         "disk_mb": round(part.get("disk_mb", 0.0), 1), "engine_overhead": ""})
+        for kind, q in run["queries"].items():
+            rows.append({"frames": n, "step": kind, "seconds": round(q["seconds"], 3),
+                         "oracle_calls": q["oracle_calls"], "peak_rss_mb": "", "disk_mb": "",
+                         "engine_overhead": round(q["engine_overhead"], 2)})
+    return rows
+
+
+def plot(ctx: BenchContext, runs: dict) -> list[str]:
+    """Seconds and peak memory against N (log-log); skipped when matplotlib is missing."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return []
+    ns = [r["frames"] for r in runs.values()]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    for label, key in (("LOAD VIDEO", "load_video"), ("CREATE INDEX", "create_index")):
+        left.plot(ns, [r[key]["seconds"] for r in runs.values()], "o-", label=label)
+    for kind in QUERIES:
+        left.plot(ns, [r["queries"][kind]["seconds"] for r in runs.values()], ".--", label=kind)
+    left.set(xscale="log", yscale="log", xlabel="frames", ylabel="seconds",
+             title="time against N")
+    left.legend(fontsize=7)
+    memory = {"LOAD VIDEO peak RSS": lambda r: r["load_video"]["peak_rss_mb"],
+              "CREATE INDEX peak RSS": lambda r: r["create_index"]["peak_rss_mb"],
+              "queries peak RSS": lambda r: r["peak_rss_mb"],
+              "index on disk": lambda r: r["create_index"]["disk_mb"]}
+    for label, figure in memory.items():
+        right.plot(ns, [figure(r) for r in runs.values()], "o-", label=label)
+    right.set(xscale="log", yscale="log", xlabel="frames", ylabel="MiB",
+              title="memory and disk against N")
+    right.legend(fontsize=7)
+    fig.tight_layout()
+    path = Path(ctx.out_dir) / "scale.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return [str(path)]
