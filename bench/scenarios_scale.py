@@ -236,6 +236,7 @@ def array_operator(b, q, detections):
     the estimate as SQL reports it, or the frames returned."""
     from vidql import queries
     from vidql.engine.framestat import evaluate, is_predicate, parse_frame_expr
+    from vidql.engine.planner import run_recall
 
     truth = lambda expr: evaluate(expr, detections, b.population)  # noqa: E731
     pred = q.predicate_expr or (parse_frame_expr(q.predicate) if q.predicate else None)
@@ -273,9 +274,7 @@ def array_operator(b, q, detections):
         "limit": lambda seed: queries.limit_query(proxy, oracle, k=q.limit, gap=c.gap or 0,
                                                   seed=seed, max_calls=c.budget,
                                                   batch=b.cache.oracle.batch_size),
-        "select_recall": lambda seed: queries.supg_recall(
-            proxy, oracle, target=c.recall_target, uniform_mix=0.5, confidence=conf,
-            budget=c.budget, seed=seed),
+        "select_recall": lambda seed: run_recall(proxy, oracle, c, conf, seed)[0],
         "select_precision": lambda seed: queries.supg_precision(
             proxy, oracle, target=c.precision_target, confidence=conf, budget=c.budget,
             seed=seed),

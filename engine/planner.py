@@ -274,7 +274,7 @@ def _run_budget(b: Binding, q: Query, seed: int, report: Report, stat, pred, con
     return frame.astype({"estimate": "Float64", "ci_low": "Float64", "ci_high": "Float64"})
 
 
-def _run_recall(proxy, is_true, c, conf: float, seed: int):
+def run_recall(proxy, is_true, c, conf: float, seed: int):
     """RECALL TARGET: exact binomial test (default), adaptive with UP TO, or SUPG's normal
     approximation with APPROXIMATE. Returns (result, how the guarantee holds)."""
     from vidql import queries
@@ -313,7 +313,7 @@ def _run_selection(b: Binding, q: Query, seed: int, report: Report) -> pd.DataFr
                              f"proxy scores: CREATE INDEX ... ON {b.video} USING TASTI", q.text, 0)
         conf = _confidence(q)
         if q.kind == "select_recall":
-            result, mode = _run_recall(proxy, is_true, c, conf, seed)
+            result, mode = run_recall(proxy, is_true, c, conf, seed)
             report.guarantee = (f"recall ≥ {c.recall_target:.0%} with probability {conf:.0%}"
                                 f" ({mode})")
         else:
