@@ -1,7 +1,8 @@
 """Decoding, frame access, low-res renditions and the pipelined preprocessing runtime."""
 from vidql.preprocess.frames import FrameReader
 from vidql.preprocess.gpu import DeviceTransform, cuda_available, dali_available
-from vidql.preprocess.pipeline import Batch, Pipeline, PipelineError, frame_batches, run_pipeline
+from vidql.preprocess.batches import frame_batches, run_pipeline
+from vidql.preprocess.pipeline import Batch, Pipeline, PipelineError
 from vidql.preprocess.placement import Placement, plan_placement
 from vidql.preprocess.probe import VideoInfo, probe_video
 from vidql.preprocess.rendition import (Rendition, RenditionReader, make_rendition, open_rendition,

@@ -23,14 +23,14 @@ import os
 import queue
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
 from vidql.engine.errors import ParameterError, VidqlError
+from vidql.preprocess.chunks import Chunk, plan_chunks
 from vidql.preprocess.frames import FrameReader
-from vidql.preprocess.probe import VideoInfo, probe_video
-from vidql.preprocess.rendition import Rendition, RenditionReader, rendition_positions
+from vidql.preprocess.source import Source, as_source
 from vidql.preprocess.transforms import FrameSpec
 
 _POLL = 0.05  # seconds a blocked thread waits before checking whether to stop
@@ -56,88 +56,6 @@ class Batch:
 
     def __len__(self) -> int:
         return len(self.indices)
-
-
-@dataclass(frozen=True, eq=False)
-class Source:
-    """One video as the pipeline sees it: the file to decode and how its frames are numbered."""
-
-    path: str  # the file decoded (the rendition file for a rendition)
-    info: VideoInfo
-    name: str  # the video the user knows (the original for a rendition)
-    rendition: Rendition | None = None
-
-    @property
-    def frame_count(self) -> int:
-        return self.info.frame_count
-
-    def reader(self, threads: int, interpolation: str = "AREA", options: dict | None = None) -> FrameReader:
-        return FrameReader(self.path, self.info, threads=threads, interpolation=interpolation, options=options)
-
-    def to_original(self, positions: np.ndarray) -> np.ndarray:
-        return positions if self.rendition is None else self.rendition.frames[positions]
-
-    def to_positions(self, frames: np.ndarray) -> np.ndarray:
-        """Own frame positions of original frame numbers (range-checked)."""
-        if self.rendition is not None:
-            return rendition_positions(self.rendition, frames)
-        bad = frames[(frames < 0) | (frames >= self.frame_count)]
-        if len(bad):
-            raise VidqlError(f"frame {int(bad[0])} is out of range for '{self.name}', "
-                             f"which has frames 0..{self.frame_count - 1}")
-        return frames
-
-
-def as_source(source) -> Source:
-    """A path, VideoInfo, Rendition, RenditionReader, FrameReader or Source as a pipeline Source."""
-    if isinstance(source, Source):
-        return source
-    if isinstance(source, RenditionReader):
-        source = source.rendition
-    if isinstance(source, Rendition):
-        return Source(str(source.path), source.info, source.source, source)
-    if isinstance(source, FrameReader):
-        return Source(source.path, source.info, source.path)
-    if isinstance(source, VideoInfo):
-        return Source(source.path, source, source.path)
-    if isinstance(source, (str, os.PathLike)):
-        info = probe_video(source)
-        return Source(str(source), info, str(source))
-    raise ParameterError(f"cannot read frames from a {type(source).__name__}; give a path, "
-                         f"VideoInfo or Rendition")
-
-
-@dataclass(frozen=True)
-class _Chunk:
-    seq: int
-    source: int
-    targets: Sequence[int]  # own frame positions, ascending
-
-
-def plan_chunks(sources: Sequence[Source], frames: Sequence[np.ndarray | None], chunk_frames: int
-                ) -> list[_Chunk]:
-    """Cut the work into GOP-aligned chunks of about `chunk_frames` frames, in output order."""
-    chunks: list[_Chunk] = []
-    for s, (source, wanted) in enumerate(zip(sources, frames)):
-        keyframes = np.asarray(source.info.keyframes, dtype=np.int64)
-        if wanted is None:
-            bounds = [0]
-            for k in keyframes[1:]:
-                if k - bounds[-1] >= chunk_frames:
-                    bounds.append(int(k))
-            bounds.append(source.frame_count)
-            for a, b in zip(bounds, bounds[1:]):
-                chunks.append(_Chunk(len(chunks), s, range(a, b)))
-            continue
-        if len(wanted) == 0:
-            continue
-        gops = np.searchsorted(keyframes, wanted, side="right") - 1
-        start = 0
-        for i in range(1, len(wanted) + 1):
-            if i == len(wanted) or (i - start >= chunk_frames and gops[i] != gops[i - 1]):
-                chunks.append(_Chunk(len(chunks), s, wanted[start:i].tolist()))
-                start = i
-    return chunks
 
 
 def _cpu_count() -> int:
@@ -179,7 +97,7 @@ class Pipeline:
                 raise ParameterError("frames needs one entry (array or None) per source")
         self.frames = [None if w is None else
                        src.to_positions(np.unique(np.asarray(w, dtype=np.int64).reshape(-1)))
-                       for src, w in zip(self.sources, wanted)]
+                       for src, w in zip(self.sources, wanted, strict=True)]
         if spec is None:
             spec = FrameSpec(size=tuple(size) if size is not None else None)
         elif size is not None:
@@ -196,7 +114,7 @@ class Pipeline:
         frame_bytes = max(self._frame_bytes(src) for src in self.sources)
         if chunk_frames is None:
             # a few chunks per worker, each small enough to be buffered whole within the budget
-            total = sum(src.frame_count if w is None else len(w) for src, w in zip(self.sources, self.frames))
+            total = sum(src.frame_count if w is None else len(w) for src, w in zip(self.sources, self.frames, strict=True))
             chunk_frames = min(max(total // (4 * self.workers), 1), 1024,
                                max(memory_budget // (2 * self.workers * frame_bytes), 1))
         self.chunks = plan_chunks(self.sources, self.frames, int(chunk_frames))
@@ -340,7 +258,7 @@ class Pipeline:
             for reader in readers.values():
                 reader.close()
 
-    def _decode_chunk(self, reader: FrameReader, source: Source, chunk: _Chunk, out: queue.Queue,
+    def _decode_chunk(self, reader: FrameReader, source: Source, chunk: Chunk, out: queue.Queue,
                       worker: int) -> None:
         width, height = self.spec.output_size(source.info.width, source.info.height)
         shape = (self._piece, height, width, self.spec.channels)
@@ -417,7 +335,7 @@ class Pipeline:
                 try:
                     batch.frames = self.transform(batch.frames)
                 except BaseException as exc:
-                    raise _located("transform", batch, exc) from exc
+                    raise located("transform", batch, exc) from exc
             if not self._acquire(self._result_slots):
                 return
             self._deliver(seq, batch)
@@ -445,7 +363,7 @@ class Pipeline:
             seq += 1
 
 
-def _located(stage: str, batch: Batch, exc: BaseException) -> BaseException:
+def located(stage: str, batch: Batch, exc: BaseException) -> BaseException:
     """A VidqlError as itself with a note on where it happened; anything else as a PipelineError."""
     frames = (int(batch.indices[0]), int(batch.indices[-1])) if len(batch.indices) else None
     if isinstance(exc, VidqlError):
@@ -453,88 +371,6 @@ def _located(stage: str, batch: Batch, exc: BaseException) -> BaseException:
         exc.add_note(f"(in the pipeline's {stage}, on{where} '{batch.source}')")
         return exc
     return PipelineError(stage, batch.source, frames, exc)
-
-
-def frame_batches(source, *, size: tuple[int, int] | None = None, batch_size: int = 64,
-                  frames=None, workers: int | None = None, spec: FrameSpec | None = None,
-                  transform: Callable | None = None, normalize=None, placement=None
-                  ) -> Iterator[tuple[np.ndarray, Any]]:
-    """Yield (original frame numbers, batch) for one video, in frame order.
-
-    `source` is a path, VideoInfo or Rendition (frame numbers are the original video's);
-    `frames` restricts to some frames (delivered ascending, once each). Batches are uint8
-    N×H×W×3 unless `transform` or `normalize` (a `Normalize`) says otherwise.
-    `placement` ("auto", "cpu", "cuda", "dali" or a `Placement`) puts resize/normalise
-    (and decode) on the GPU; None keeps everything on the CPU without measuring.
-    """
-    args = _placed(source, size, spec, transform, normalize, placement, workers, frames, batch_size)
-    if "dali" in args:
-        yield from args["dali"]
-        return
-    with Pipeline(source, batch_size=batch_size, frames=frames, workers=workers, **args) as pipeline:
-        for batch in pipeline:
-            yield batch.indices, batch.frames
-
-
-def run_pipeline(sources, consumer: Callable[[Batch], Any], *, size: tuple[int, int] | None = None,
-                 batch_size: int = 64, frames=None, workers: int | None = None,
-                 spec: FrameSpec | None = None, transform: Callable | None = None, normalize=None,
-                 placement=None, progress: bool = False) -> list:
-    """Feed every batch, in frame order, to `consumer(batch)`; return its results in order.
-
-    The consumer runs in the calling thread while decoders and transforms work ahead.
-    Arguments as for `frame_batches` (`placement` applies to the first source's measurements).
-    """
-    first = sources[0] if isinstance(sources, (list, tuple)) else sources
-    args = _placed(first, size, spec, transform, normalize, placement, workers, frames, None)
-    results = []
-    with Pipeline(sources, batch_size=batch_size, frames=frames, workers=workers, **args) as pipeline:
-        bar = None
-        if progress:
-            from tqdm import tqdm
-
-            bar = tqdm(total=pipeline.total_frames, unit="frame", desc="preprocess")
-        try:
-            for batch in pipeline:
-                try:
-                    results.append(consumer(batch))
-                except Exception as exc:
-                    raise _located("consumer", batch, exc) from exc
-                if bar is not None:
-                    bar.update(len(batch))
-        finally:
-            if bar is not None:
-                bar.close()
-    return results
-
-
-def _placed(source, size, spec, transform, normalize, placement, workers, frames,
-            dali_batch_size: int | None) -> dict:
-    """Pipeline arguments (spec, transform) for a placement; or a DALI batch iterator
-    (only when `dali_batch_size` is given, i.e. for `frame_batches`)."""
-    if placement is None:
-        if normalize is not None:
-            if transform is not None:
-                raise ParameterError("give either transform or normalize, not both")
-            transform = normalize
-        return {"size": size, "spec": spec, "transform": transform}
-    if spec is not None or transform is not None:
-        raise ParameterError("a placement builds spec and transform itself; give size and normalize")
-    from vidql.preprocess.placement import Placement, plan_placement
-
-    chosen = placement if isinstance(placement, Placement) else plan_placement(
-        source, size, normalize=normalize, override=None if placement == "auto" else placement,
-        workers=workers)
-    if chosen.decode == "dali":
-        if dali_batch_size is None or frames is not None or isinstance(source, (list, tuple)):
-            raise ParameterError("DALI decoding reads one whole video; use placement='cuda' here")
-        from vidql.preprocess.gpu import DeviceTransform, dali_frame_batches
-
-        src = as_source(source)
-        finish = DeviceTransform("cuda", None, normalize) if normalize is not None else None
-        batches = dali_frame_batches(src.path, size=size, batch_size=dali_batch_size, info=src.info)
-        return {"dali": ((src.to_original(i), finish(b) if finish else b) for i, b in batches)}
-    return chosen.pipeline_args(size, normalize)
 
 
 def thread_names() -> list[str]:

@@ -15,7 +15,8 @@ import numpy as np
 
 from vidql.engine.errors import ParameterError
 from vidql.preprocess.gpu import DeviceTransform, cuda_available, dali_available
-from vidql.preprocess.pipeline import Pipeline, as_source
+from vidql.preprocess.pipeline import Pipeline
+from vidql.preprocess.source import as_source
 from vidql.preprocess.transforms import FrameSpec, Normalize
 
 

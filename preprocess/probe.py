@@ -14,6 +14,7 @@ import os
 import re
 from dataclasses import dataclass
 from fractions import Fraction
+from itertools import pairwise
 from pathlib import Path
 
 import av
@@ -215,7 +216,7 @@ def _frame_rate(stream, pts, time_base: Fraction) -> float:
         return float(rate)
     if pts and len(pts) > 1:
         ordered = sorted(pts)
-        steps = sorted(b - a for a, b in zip(ordered, ordered[1:]))
+        steps = sorted(b - a for a, b in pairwise(ordered))
         step = steps[len(steps) // 2]
         if step > 0:
             return float(1 / (step * time_base))
