@@ -6,6 +6,7 @@ import os
 import sys
 from pathlib import Path
 
+from vidql.display import print_result
 from vidql.engine.errors import VidqlError
 
 DEFAULT_CACHE = Path(os.environ.get("VIDQL_CACHE", Path.home() / ".cache" / "vidql"))
@@ -17,15 +18,6 @@ def _shared_dir() -> Path | None:
     candidates = [Path(env)] if env else []
     candidates.append(Path(__file__).resolve().parents[1].parent / "shared")
     return next((c for c in candidates if (c / "data").is_dir()), None)
-
-
-def print_result(result) -> None:
-    """Print a Result as a readable table, followed by its report when it has one."""
-    if result is None:
-        return
-    result.relation.show(max_width=160, max_rows=40)
-    if result.report is not None:
-        print(result.report.summary())
 
 
 def cmd_sql(args) -> int:

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 import vidql
-from vidql.cli import print_result
+from vidql.display import print_result
 from vidql.showcase import run_showcase, showcase_queries
 
 DEMO_SEED = 1  # its first bus episode falls inside the default 4000 frames

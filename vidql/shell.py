@@ -6,6 +6,7 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
+from vidql.display import print_result
 from vidql.engine.errors import VidqlError
 
 HISTORY = Path(os.environ.get("VIDQL_HISTORY", Path.home() / ".vidql_history"))
@@ -115,8 +116,6 @@ class Shell:
         return 0
 
     def _execute(self, text: str) -> None:
-        from vidql.cli import print_result
-
         try:
             with self._database() as db:
                 result = db.sql(text)
