@@ -5,34 +5,93 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from vidql.engine.detectors import OnnxDetector, _yolox_grids
+from vidql.engine.detectors import OnnxDetector
 from vidql.engine.errors import OracleError
 from vidql.engine.oracle import COCO_CLASSES
 
 CAR, BUS = COCO_CLASSES.index("car"), COCO_CLASSES.index("bus")
 
 
-def fake_detector(outputs: np.ndarray, input_hw=(320, 320), layout="auto") -> OnnxDetector:
-    """An OnnxDetector whose network returns `outputs`; the blobs it was given are kept."""
-    det = OnnxDetector.__new__(OnnxDetector)
-    det.name, det.score, det.nms, det.layout = "fake", 0.3, 0.45, layout
-    det.classes, det.input_hw, det.fixed_batch = list(COCO_CLASSES), input_hw, None
-    det._grids = _yolox_grids(input_hw[0])
-    det.blobs = []
+def _varint(n: int) -> bytes:
+    n &= (1 << 64) - 1  # protobuf writes negative int64 as ten-byte two's complement
+    out = bytearray()
+    while True:
+        out.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
+        n >>= 7
+        if not n:
+            return bytes(out)
 
-    def run(blobs):
-        det.blobs.append(blobs)
-        return np.repeat(outputs[None], len(blobs), axis=0)
 
-    det._run = run
-    return det
+def _field(number: int, value) -> bytes:
+    """One protobuf field: an int as a varint, bytes/str as length-delimited."""
+    if isinstance(value, int):
+        return _varint(number << 3) + _varint(value)
+    data = value.encode() if isinstance(value, str) else value
+    return _varint(number << 3 | 2) + _varint(len(data)) + data
+
+
+def _tensor(name: str, array: np.ndarray) -> bytes:
+    kind = {np.dtype(np.float32): 1, np.dtype(np.int64): 7}[array.dtype]
+    return (b"".join(_field(1, d) for d in array.shape) + _field(2, kind) + _field(8, name)
+            + _field(9, array.tobytes()))
+
+
+def _value_info(name: str, dims) -> bytes:
+    shape = b"".join(_field(1, _field(2, d) if isinstance(d, str) else _field(1, d)) for d in dims)
+    return _field(1, name) + _field(2, _field(1, _field(1, 1) + _field(2, shape)))
+
+
+def constant_onnx(path, outputs: np.ndarray, input_hw) -> None:
+    """An ONNX model (opset 13) taking N×3×H×W images and returning `outputs` for each image."""
+    nodes = [(["images", "axes"], "total", "ReduceSum"), (["total", "shape"], "column", "Reshape"),
+             (["column", "zero"], "zeros", "Mul"), (["zeros", "out"], "y", "Add")]
+    graph = b"".join(_field(1, b"".join(_field(1, i) for i in ins) + _field(2, o) + _field(4, op))
+                     for ins, o, op in nodes)
+    graph += _field(2, "constant")
+    for name, value in [("axes", np.array([1, 2, 3])), ("shape", np.array([-1] + [1] * outputs.ndim)),
+                        ("zero", np.zeros((), np.float32)), ("out", outputs.astype(np.float32))]:
+        graph += _field(5, _tensor(name, value))
+    graph += _field(11, _value_info("images", ["N", 3, *input_hw]))
+    graph += _field(12, _value_info("y", ["N", *outputs.shape]))
+    model = _field(1, 7) + _field(8, _field(2, 13)) + _field(7, graph)
+    path.write_bytes(model)
+
+
+class RecordingSession:
+    """Wraps an onnxruntime session and keeps every blob it was given."""
+
+    def __init__(self, session):
+        self.session, self.blobs = session, []
+
+    def get_inputs(self):
+        return self.session.get_inputs()
+
+    def run(self, names, feeds):
+        self.blobs.append(next(iter(feeds.values())))
+        return self.session.run(names, feeds)
+
+
+@pytest.fixture()
+def fake_detector(tmp_path):
+    """Builds an OnnxDetector (through its constructor) whose network returns `outputs`;
+    `detector.session.blobs` holds the blobs it was given."""
+
+    def build(outputs: np.ndarray, input_hw=(320, 320), layout="auto") -> OnnxDetector:
+        path = tmp_path / f"constant{len(list(tmp_path.iterdir()))}.onnx"
+        constant_onnx(path, outputs, input_hw)
+        det = OnnxDetector("fake", path, score=0.3, nms=0.45, layout=layout)
+        assert det.input_hw == tuple(input_hw) and det.fixed_batch is None
+        det.session = RecordingSession(det.session)
+        return det
+
+    return build
 
 
 def boxes_of(df, label):
     return df[df["label"] == label][["x1", "y1", "x2", "y2"]].to_numpy()
 
 
-def test_yolov8_layout_centred_letterbox_and_class_wise_nms():
+def test_yolov8_layout_centred_letterbox_and_class_wise_nms(fake_detector):
     anchors = 2100
     out = np.zeros((4 + 80, anchors), dtype=np.float32)
 
@@ -52,15 +111,15 @@ def test_yolov8_layout_centred_letterbox_and_class_wise_nms():
     np.testing.assert_allclose(boxes_of(df, "bus"), [[80, 90, 120, 110]], atol=1e-4)
     assert df.loc[df["label"] == "bus", "score"].item() == pytest.approx(0.9)
     # auto layout guessed YOLOX preprocessing first, then redid it as YOLOv8: RGB / 255
-    final = det.blobs[-1][0]
-    assert len(det.blobs) == 2 and final.max() <= 1.0
+    final = det.session.blobs[-1][0]
+    assert len(det.session.blobs) == 2 and final.max() <= 1.0
     np.testing.assert_allclose(final[:, 100, 10], [200 / 255, 100 / 255, 50 / 255], rtol=1e-6)
     np.testing.assert_allclose(final[:, 10, 10], [114 / 255] * 3, rtol=1e-6)  # padding
 
 
-def test_yolox_layout_grid_decoding_bgr_and_objectness():
-    grids, strides = _yolox_grids(416)
-    out = np.zeros((len(grids), 85), dtype=np.float32)
+def test_yolox_layout_grid_decoding_bgr_and_objectness(fake_detector):
+    anchors = sum((416 // stride) ** 2 for stride in (8, 16, 32))  # YOLOX's three grids
+    out = np.zeros((anchors, 85), dtype=np.float32)
     anchor = 5 * 52 + 10  # stride-8 grid cell x=10, y=5
     out[anchor, :4] = [0.5, 0.5, np.log(4.0), np.log(2.0)]
     out[anchor, 4] = 0.9            # objectness
@@ -75,12 +134,12 @@ def test_yolox_layout_grid_decoding_bgr_and_objectness():
     assert df["score"].item() == pytest.approx(0.81, rel=1e-5)
     # input pixels: centre (84, 44), 32×16; the frame was scaled by 2 into the top-left corner
     np.testing.assert_allclose(boxes_of(df, "car"), [[34, 18, 50, 26]], atol=1e-4)
-    blob = det.blobs[-1][0]
-    assert len(det.blobs) == 1 and blob[2, 0, 0] == 255 and blob[0, 0, 0] == 0  # BGR, 0..255
+    blob = det.session.blobs[-1][0]
+    assert len(det.session.blobs) == 1 and blob[2, 0, 0] == 255 and blob[0, 0, 0] == 0  # BGR, 0..255
     assert (blob[:, 300, 300] == 114).all()  # padding below the image
 
 
-def test_unknown_output_layout_is_a_clear_error():
+def test_unknown_output_layout_is_a_clear_error(fake_detector):
     det = fake_detector(np.zeros((50, 50), dtype=np.float32))
     with pytest.raises(OracleError, match="cannot tell the ONNX output layout"):
         det.detect(np.zeros((1, 64, 64, 3), dtype=np.uint8), np.array([0]))
