@@ -29,27 +29,28 @@ def counter_clip(tmp_path_factory) -> Path:
 
 
 ORACLE_MODULE = '''
-import os, time
+import os, sys, time
 import numpy as np
 
 CALLS = []          # frames seen in this process
 FAIL_AT_CALL = None  # raise on this call number (tests set it)
 
 class BrightnessOracle:
-    """Detects one 'car' per 64 levels of mean brightness; optionally slow, counts calls."""
+    """Detects one 'car' per 64 levels of mean brightness; counts calls; optionally slow, or
+    blocked on stdin after $VQ_BLOCK_AFTER calls (having said "blocked" on stdout)."""
     version = "1"
 
-    def __init__(self, delay=0.0, marker=None):
-        self.delay, self.marker = delay, marker
+    def __init__(self, delay=0.0):
+        self.delay = delay
 
     def detect(self, frames):
         global FAIL_AT_CALL
         CALLS.append(len(frames))
         if FAIL_AT_CALL is not None and len(CALLS) >= FAIL_AT_CALL:
             raise RuntimeError("model crashed")
-        if self.marker:
-            with open(self.marker, "a") as fh:
-                fh.write(f"{len(frames)}\\n")
+        if len(CALLS) > int(os.environ.get("VQ_BLOCK_AFTER", len(CALLS))):
+            print("blocked", flush=True)  # tells the parent, which kills this process
+            sys.stdin.readline()
         time.sleep(self.delay)
         out = []
         for f in frames:

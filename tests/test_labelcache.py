@@ -6,7 +6,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 
 import numpy as np
 import pytest
@@ -62,7 +61,7 @@ import sys, numpy as np, vidql
 sys.path.insert(0, {moddir!r})
 db = vidql.connect({db!r}, progress=False)
 db.load_video({clip!r}, "clip")
-db.create_oracle("bright", "PYTHON", "vq_test_oracle:BrightnessOracle", delay=0.05, marker={marker!r})
+db.create_oracle("bright", "PYTHON", "vq_test_oracle:BrightnessOracle")
 db.set_oracle("clip", "bright")
 db.labels("clip").ensure(np.arange(120))
 print("finished")
@@ -70,27 +69,26 @@ print("finished")
 
 
 def test_sigkill_midway_keeps_committed_batches(counter_clip, oracle_module, tmp_path):
-    db_path, marker = tmp_path / "db.vidql", tmp_path / "calls.txt"
-    script = CHILD.format(moddir=str(tmp_path), db=str(db_path), clip=str(counter_clip),
-                          marker=str(marker))
-    child = subprocess.Popen([sys.executable, "-c", textwrap.dedent(script)],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    deadline = time.time() + 120
-    while time.time() < deadline:
-        if marker.exists() and len(marker.read_text().split()) >= 5:
-            break
-        if child.poll() is not None:
-            pytest.fail(f"child ended early: {child.stderr.read().decode()}")
-        time.sleep(0.02)
-    os.kill(child.pid, signal.SIGKILL)
-    child.wait()
-    started = len(marker.read_text().split())
-    assert started < 15, "the child finished before it could be killed"
+    """The child's oracle blocks in its fifth call; killed there, the four batches before it
+    are in the database, and a reopened database labels only the rest."""
+    db_path, block_after = tmp_path / "db.vidql", 4
+    script = CHILD.format(moddir=str(tmp_path), db=str(db_path), clip=str(counter_clip))
+    child = subprocess.Popen([sys.executable, "-c", textwrap.dedent(script)], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env=dict(os.environ, VQ_BLOCK_AFTER=str(block_after)))
+    try:
+        line = child.stdout.readline()  # returns once the oracle blocks, or "" if the child ended
+        if line.strip() != "blocked":
+            pytest.fail(f"the child did not block in the oracle: {line!r} {child.communicate()[1]}")
+        os.kill(child.pid, signal.SIGKILL)
+    finally:
+        child.kill()
+        child.communicate()
     with vidql.connect(db_path, progress=False) as db:  # opens cleanly after the kill
         done = db.con.execute("SELECT count(*) FROM vidql.labelled").fetchall()[0][0]
         batch = db.labels("clip").oracle.batch_size
-        # every batch whose successor had started was committed before it
-        assert (started - 1) * batch <= done <= started * batch
+        assert batch * block_after < 120
+        assert done == block_after * batch  # every batch before the blocked one was committed
         oracle_module.CALLS.clear()
         cache = db.labels("clip")
         cache.ensure(np.arange(120))
