@@ -4,11 +4,10 @@ import pytest
 from scipy.stats import spearmanr
 from test_index_source import CountingOracle
 
+from vidql import datasets
 from vidql.engine.framestat import evaluate
 from vidql.indexes import TastiIndex
-
-datasets = pytest.importorskip("vidql.datasets", reason="synthetic traffic generator missing")
-frames_module = pytest.importorskip("vidql.preprocess.frames", reason="FrameReader missing")
+from vidql.preprocess import frames as frames_module
 
 N_FRAMES = 1500
 

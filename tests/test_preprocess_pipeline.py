@@ -96,7 +96,8 @@ def test_normalize_transform_numpy_and_torch_agree(clips):
     assert out[0][1].shape == (16, 3, 48, 64) and out[0][1].dtype == np.float32
     expected = (raw / 255.0 - np.array(norm.mean)) / np.array(norm.std)
     np.testing.assert_allclose(out[0][1], expected.transpose(0, 3, 1, 2), atol=1e-5)
-    torch = pytest.importorskip("torch")
+    import torch
+
     on_torch = norm.to_torch(raw, "cpu")
     np.testing.assert_allclose(on_torch.numpy(), out[0][1], atol=1e-5)
     assert on_torch.dtype == torch.float32
@@ -174,7 +175,7 @@ def test_corrupt_file_in_the_middle_of_a_run(clips, tmp_path):
 
 def test_leaving_the_loop_early_stops_threads(clips):
     with Pipeline(clips[0], size=SIZE, batch_size=4, workers=2) as pipeline:
-        for batch in pipeline:
+        for _ in pipeline:
             assert thread_names()
             break
     assert thread_names() == []
