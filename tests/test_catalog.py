@@ -6,7 +6,7 @@ import shutil
 import pytest
 
 import vidql
-from vidql.engine.errors import CatalogError, OracleError, VideoError
+from vidql.engine.errors import CatalogError, OracleError, QueryError, VideoError
 
 
 def test_load_video_registers_table(counter_clip, tmp_path):
@@ -100,3 +100,22 @@ def test_torchvision_oracle_from_weights_file(tmp_path, counter_clip):
         det = db.labels("clip", "ssd").detections([0, 1])
         assert set(det["frame"]) <= {0, 1}
         assert {"frame", "label", "score", "x1"} <= set(det.columns)
+
+
+def test_drop_indexed_video_then_reopen(traffic_db, small_traffic):
+    """DROP VIDEO takes the video's index (catalog row and files) and labels with it; the
+    database reopens without them, and the video's name can be used again."""
+    video, _ = small_traffic
+    with vidql.connect(traffic_db, progress=False) as db:
+        db.sql("CREATE INDEX ti ON t WITH (train = 20, reps = 40, triplets = 200, size = 24)")
+        folder = db.indexes.directory("ti")
+        assert folder.exists() and list(db.indexes.table()["name"]) == ["ti"]
+        db.sql("DROP VIDEO t")
+        assert db.indexes.table().empty and not folder.exists()
+    with vidql.connect(traffic_db, progress=False) as db:
+        assert db.videos().empty and db.indexes.table().empty
+        with pytest.raises(QueryError, match="t does not exist"):
+            db.sql("SELECT count(*) FROM t")
+        assert db.con.execute("SELECT count(*) FROM vidql.labelled").fetchall()[0][0] == 0
+        db.sql(f"LOAD VIDEO '{video}' AS t; SET ORACLE t = truth")
+        assert db.sql("SELECT count(*) FROM t WHERE objects('car') >= 0").fetchall()[0][0] == 300
