@@ -15,6 +15,11 @@ class BenchContext:
     seed: int = 0
     shared_dir: Path | None = None  # ../shared when present
     cache_dir: Path = Path(".vidql-cache")
+    tiny: bool = False  # seconds per scenario, for the test suite: the figures mean nothing
+
+    def size(self, quick: int, full: int, tiny: int) -> int:
+        """A scenario's size (frames, trials, ...) for this run: tiny, quick or full."""
+        return tiny if self.tiny else quick if self.quick else full
 
 
 @dataclass

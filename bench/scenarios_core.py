@@ -26,7 +26,7 @@ def decode_only(ctx: BenchContext) -> ScenarioResult:
     from vidql.preprocess.probe import probe_video
 
     rows = []
-    for path in bench_videos(ctx, 2000 if ctx.quick else 20000):
+    for path in bench_videos(ctx, ctx.size(2000, 20000, tiny=100)):
         info = probe_video(path)
         t0 = time.perf_counter()
         with FrameReader(path, info) as reader:
@@ -44,8 +44,8 @@ def oracle_throughput(ctx: BenchContext) -> ScenarioResult:
     from vidql.preprocess.frames import FrameReader
 
     rows = []
-    video, labels = ensure_traffic(ctx.cache_dir, 2000, seed=ctx.seed)
-    n = 64 if ctx.quick else 512
+    video, labels = ensure_traffic(ctx.cache_dir, ctx.size(2000, 2000, tiny=100), seed=ctx.seed)
+    n = ctx.size(64, 512, tiny=16)
     candidates = [("labels (ground truth)", make_oracle("truth", "LABELS", str(labels)), video)]
     model = ctx.shared_dir / "models" / "yolox_nano.onnx" if ctx.shared_dir else None
     if model is not None and model.is_file():

@@ -91,8 +91,8 @@ def keyframes_only(path: Path, size: tuple[int, int]) -> int:
 @scenario("decode", "frames/s into a 128-px proxy input: naive loop vs pipelined runtime vs low-res rendition")
 def decode(ctx: BenchContext) -> ScenarioResult:
     workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    repeats = 3 if ctx.quick else 5
-    videos = [_synthetic_720p(ctx, 600 if ctx.quick else 3000)]
+    repeats = ctx.size(3, 5, tiny=1)
+    videos = [_synthetic_720p(ctx, ctx.size(600, 3000, tiny=30))]
     if ctx.shared_dir is not None:
         names = ("ua_detrac.mp4", "highway.avi") if ctx.quick else \
             ("ua_detrac.mp4", "highway.avi", "indoor_people.mp4")

@@ -29,7 +29,7 @@ def _dataset_rows(ctx: BenchContext, name: str, video: Path, oracle_sql: str, co
         n = db.catalog.video_info(name).frame_count
         t0 = time.perf_counter()
         index = db.create_index(f"{name}_idx", name, train=max(40, n // 50), reps=max(80, n // 25),
-                                triplets=2000 if ctx.quick else 12000, seed=ctx.seed)
+                                triplets=ctx.size(2000, 12000, tiny=200), seed=ctx.seed)
         index_seconds = time.perf_counter() - t0
         index_calls = int(index.stats.get("oracle_calls", 0))
         cost_ms = db.catalog.oracle("exact").simulated_cost_ms  # None: a real model, timed
@@ -51,7 +51,7 @@ def _dataset_rows(ctx: BenchContext, name: str, video: Path, oracle_sql: str, co
 def e2e(ctx: BenchContext) -> ScenarioResult:
     from vidql.datasets import ensure_traffic
 
-    n = 10_000 if ctx.quick else 100_000
+    n = ctx.size(10_000, 100_000, tiny=300)
     video, labels = ensure_traffic(ctx.cache_dir, n, seed=1)
     rows = _dataset_rows(ctx, "traffic", Path(video),
                          f"CREATE ORACLE {{name}} FROM LABELS '{labels}' WITH (cost_ms = 40)",

@@ -250,16 +250,19 @@ def run_index(ctx: BenchContext) -> ScenarioResult:
     from vidql.datasets import ensure_traffic, read_labels
     from vidql.preprocess.frames import FrameReader
 
-    n_frames = 10_000 if ctx.quick else 100_000
+    n_frames = ctx.size(10_000, 100_000, tiny=1500)
     budget = int(LABEL_FRACTION * n_frames)
     video, labels = ensure_traffic(ctx.cache_dir, n_frames, seed=ctx.seed)
     source = FrameReader(video)
     rows, synthetic = compare("synthetic-traffic", source, read_labels(labels), n_frames, budget,
-                              STATISTICS, size=SIZE, seed=ctx.seed, triplets=12_000,
+                              STATISTICS, size=SIZE, seed=ctx.seed,
+                              triplets=ctx.size(12_000, 12_000, tiny=300),
                               crack=n_frames // 200)
     source.close()
     figures = {"synthetic-traffic": synthetic, "oracle_ms_per_call_simulated": ORACLE_MS,
-               "propagation_1m_frames_s": round(propagation_seconds_1m(ctx.seed), 4)}
+               "propagation_1m_frames_s": round(propagation_seconds_1m(
+                   ctx.seed, n_frames=ctx.size(1_000_000, 1_000_000, tiny=20_000),
+                   reps=ctx.size(20_000, 20_000, tiny=400)), 4)}
     rows.append({"dataset": "random 1M-frame table", "measure": "propagation s, 1M frames, k=5",
                  VIDQL: figures["propagation_1m_frames_s"],
                  PIXEL: figures["propagation_1m_frames_s"], PER_QUERY: "n/a"})

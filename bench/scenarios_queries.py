@@ -51,7 +51,7 @@ def synthetic_populations(ctx: BenchContext) -> list[Population]:
     """Seeded synthetic populations: counts with a rho ~ 0.95 proxy, a Beta(0.1, 0.5)
     proxy-probability population, and rare clustered events with embeddings."""
     rng = np.random.default_rng(ctx.seed)
-    n = 1_000_000  # numpy arrays are cheap: the same size in quick and full runs
+    n = ctx.size(1_000_000, 1_000_000, tiny=20_000)  # numpy arrays are cheap: the same in quick and full
     latent = rng.gamma(2.0, 1.5, n)
     counts = (np.round(latent) + (rng.random(n) < 0.1)).astype(np.float64)
     pops = []
@@ -59,13 +59,13 @@ def synthetic_populations(ctx: BenchContext) -> list[Population]:
         proxy = latent + rng.normal(0.0, rho_noise, n)
         pops.append(Population(f"synthetic-counts-rho{label}", proxy, values=counts,
                                value_range=(0.0, float(counts.max()))))
-    beta_n = 20_000 if ctx.quick else 200_000
+    beta_n = ctx.size(20_000, 200_000, tiny=5_000)
     proxy = rng.beta(0.1, 0.5, beta_n)
     pred = rng.random(beta_n) < proxy
     values = np.where(pred, rng.normal(5.0, 2.0, beta_n) + 3.0 * proxy, 0.0)
     pops.append(Population("synthetic-beta(0.1,0.5)", proxy, values=values, predicate=pred,
                            temporal=False))
-    pops.append(_rare_events(rng, 50_000 if ctx.quick else 500_000))
+    pops.append(_rare_events(rng, ctx.size(50_000, 500_000, tiny=20_000)))
     return pops
 
 
@@ -100,7 +100,10 @@ def onto_populations(ctx: BenchContext) -> list[Population]:
 def traffic_populations(ctx: BenchContext) -> list[Population]:
     """synthetic-traffic with the proxies of a TASTI index built as vidql builds it (triplet
     embedder, 2% of frames labelled): car counts, and bus frames with the index's
-    embeddings. The index is saved in the cache folder and reused by later runs."""
+    embeddings. The index is saved in the cache folder and reused by later runs. None in a
+    tiny run: a video short enough has no bus, and the index scenario builds such an index."""
+    if ctx.tiny:
+        return []
     return list(_traffic_populations(Path(ctx.cache_dir), 10_000 if ctx.quick else 100_000,
                                      ctx.seed))
 
@@ -208,7 +211,7 @@ def _bar_plot(ctx: BenchContext, name: str, rows: list[dict], label: str, value:
 @scenario("agg",
           "AVG with ERROR WITHIN eps: control variates vs uniform sampling, same stopping rule")
 def agg_scenario(ctx: BenchContext) -> ScenarioResult:
-    trials = 20 if ctx.quick else 100
+    trials = ctx.size(20, 100, tiny=2)
     figures, table, notes = {}, [], []
     for pop in _populations(ctx, "values", "value_range"):
         values, truth = pop.values, float(pop.values.mean())
@@ -247,7 +250,7 @@ def agg_scenario(ctx: BenchContext) -> ScenarioResult:
 @scenario("agg-budget", "AVG with a predicate under an oracle budget: ABae vs uniform sampling "
                         "(MSE, interval coverage and width)")
 def agg_budget_scenario(ctx: BenchContext) -> ScenarioResult:
-    trials = 200 if ctx.quick else 300
+    trials = ctx.size(200, 300, tiny=2)
     figures, table = {}, []
     for pop in _populations(ctx, "predicate"):
         pred = pop.predicate
@@ -308,7 +311,7 @@ def _sequential_calls(pred: np.ndarray, k: int, gap: int) -> int:
 
 @scenario("limit", "LIMIT k GAP g: proxy order vs random order vs sequential scan")
 def limit_scenario(ctx: BenchContext) -> ScenarioResult:
-    trials = 5 if ctx.quick else 20
+    trials = ctx.size(5, 20, tiny=1)
     figures, table = {}, []
     for pop in _populations(ctx, "predicate"):
         pred = pop.predicate
@@ -361,7 +364,7 @@ SELECT_MODES = {
 @scenario("select", "RECALL TARGET 90% (binomial, adaptive UP TO 2x, APPROXIMATE, uniform) "
                     "and PRECISION TARGET 95%: success, set size, precision")
 def select_scenario(ctx: BenchContext) -> ScenarioResult:
-    trials = 200 if ctx.quick else 500
+    trials = ctx.size(200, 500, tiny=2)
     figures, table = {}, []
     for pop in _populations(ctx, "predicate"):
         pred = pop.predicate
@@ -398,7 +401,7 @@ def select_scenario(ctx: BenchContext) -> ScenarioResult:
 
 @scenario("rare", "FIND RARE with 500 labels: EZMODE vs random vs top-proxy distinct positives")
 def rare_scenario(ctx: BenchContext) -> ScenarioResult:
-    trials = 3 if ctx.quick else 10
+    trials = ctx.size(3, 10, tiny=1)
     budget = 500
     figures, table = {}, []
     for pop in _populations(ctx, "predicate", "embeddings", temporal=True):

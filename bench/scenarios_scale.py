@@ -30,6 +30,7 @@ from .scenarios_queries import most_separated
 
 SIZES_QUICK = (10_000, 100_000)
 SIZES_FULL = (10_000, 100_000, 1_000_000)
+TINY_INDEX_OPTIONS = {"train": 20, "reps": 40, "triplets": 100}  # BenchContext.tiny
 LOAD_OPTIONS: dict = {}  # LOAD VIDEO ... WITH (...); {} = no rendition
 INDEX_OPTIONS: dict = {}  # CREATE INDEX ... WITH (...); {} = the engine's defaults
 TRAFFIC_SEED = 1  # seed 1 has a bus episode within the first 4000 frames
@@ -328,6 +329,8 @@ def measure_size(ctx: BenchContext, n: int, load_options: dict, index_options: d
 def run_scale(ctx: BenchContext) -> ScenarioResult:
     load_options, index_options = build_options()
     sizes = scale_sizes(ctx.quick)
+    if ctx.tiny:
+        sizes, index_options = (1000,), index_options or dict(TINY_INDEX_OPTIONS)
     runs = {}
     for n in sizes:
         print(f"   scale: {n} frames", flush=True)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import io
+import json
 import re
 import subprocess
 import sys
@@ -9,6 +10,7 @@ import sys
 import pytest
 
 import vidql
+from vidql.bench.runner import load_scenarios
 from vidql.cli import main
 from vidql.shell import Shell
 
@@ -63,3 +65,19 @@ def test_sql_prints_the_guarantee_and_oracle_calls(traffic_db, capsys):
                  "--db", str(traffic_db)]) == 0
     assert ("guarantee: SUM within ±0.5 per frame, ±150 in total (absolute error) at 95% "
             "confidence") in capsys.readouterr().out
+
+
+SLOW_SCENARIOS = {"index", "scale"}  # a minute or more even when tiny (index builds)
+
+
+@pytest.mark.parametrize("scenario", [
+    pytest.param(name, marks=[pytest.mark.slow] if name in SLOW_SCENARIOS else [])
+    for name in sorted(load_scenarios())])
+def test_bench_tiny_runs_every_scenario(scenario, tmp_path):
+    """`vidql bench --quick --tiny NAME`, for every registered scenario: it runs and reports."""
+    out = tmp_path / "bench"
+    assert main(["bench", scenario, "--quick", "--tiny", "--no-shared", "--out", str(out),
+                 "--cache", str(tmp_path / "cache")]) == 0
+    entry = json.loads((out / "results.json").read_text())["scenarios"][scenario]
+    assert "error" not in entry, entry.get("traceback")
+    assert entry["table"] and f"## {scenario}" in (out / "report.md").read_text()

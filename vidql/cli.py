@@ -58,7 +58,7 @@ def cmd_bench(args) -> int:
         for name, (description, _) in sorted(load_scenarios().items()):
             print(f"{name:12s} {description}")
         return 0
-    ctx = BenchContext(out_dir=Path(args.out), quick=args.quick, seed=args.seed,
+    ctx = BenchContext(out_dir=Path(args.out), quick=args.quick, tiny=args.tiny, seed=args.seed,
                        shared_dir=_shared_dir() if not args.no_shared else None,
                        cache_dir=Path(args.cache))
     report = run(args.scenario, ctx)
@@ -102,6 +102,9 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("bench", help="benchmark scenarios against their baselines")
     b.add_argument("scenario", nargs="*", help="scenario names (all when omitted)")
     b.add_argument("--quick", action="store_true", help="small sizes, a few minutes on 2 cores")
+    b.add_argument("--tiny", action="store_true",
+                   help="tiny sizes, seconds per scenario: checks that every scenario runs "
+                        "(the figures mean nothing)")
     b.add_argument("--out", default="bench-out", help="output folder for JSON, Markdown, plots")
     b.add_argument("--seed", type=int, default=0)
     b.add_argument("--cache", default=str(DEFAULT_CACHE), help="where generated data is kept")
