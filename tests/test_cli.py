@@ -81,3 +81,18 @@ def test_bench_tiny_runs_every_scenario(scenario, tmp_path):
     entry = json.loads((out / "results.json").read_text())["scenarios"][scenario]
     assert "error" not in entry, entry.get("traceback")
     assert entry["table"] and f"## {scenario}" in (out / "report.md").read_text()
+
+
+@pytest.mark.slow
+def test_demo_command_runs_every_query_kind(tmp_path, capsys):
+    """`vidql demo --frames 600`: exact queries, an index, every showcase query and the summary."""
+    from vidql.showcase import showcase_queries
+
+    assert main(["demo", "--frames", "600", "--db", str(tmp_path / "demo.db"),
+                 "--cache", str(tmp_path / "cache")]) == 0
+    out = capsys.readouterr().out
+    assert "== Building a TASTI index" in out and "== Summary" in out
+    for query in showcase_queries("traffic", "car", "bus", 600, many=10):
+        assert f"> {query.approximate}" in out
+    calls = re.search(r"(\d+) oracle calls built the index and (\d+) answered", out)
+    assert calls and 0 < int(calls.group(1)) < 600
