@@ -32,7 +32,7 @@ from .validation import (check_confidence, check_int, check_positive, check_scor
 
 BOUNDS = ("bernstein", "betting")
 # Without a declared value range, the range is read off the sample (no guarantee then);
-# never stop before this many samples in that case.
+# never stop before this many samples (for AVG ... WHERE: samples where the predicate holds).
 MIN_SAMPLES_WITHOUT_RANGE = 30
 
 
@@ -88,13 +88,15 @@ def _check_inside(values: np.ndarray, value_range) -> None:
 
 def _bets(d: np.ndarray, width: float, error: float, relative: bool,
           scale: np.ndarray | None = None) -> np.ndarray:
-    """Predictable bets aimed at resolving the answer to within the error asked."""
+    """Predictable bets aimed at resolving the answer to within the error asked (an error
+    wider than the value range resolves nothing more, so the aim is capped there)."""
     var = np.maximum(predictable_variance(d, (width / 2.0) ** 2), 1e-12)
     if relative:
         prev = np.concatenate([[0.0], np.cumsum(d[:-1])]) / np.maximum(np.arange(d.size), 1)
         target = error * np.maximum(np.abs(prev), 1e-12)
     else:
         target = np.full(d.size, error)
+    target = np.minimum(target, max(width, 1e-12))
     if scale is not None:
         target = target * scale
     return target / var
@@ -110,9 +112,13 @@ def _growth(bound: str, beta: float | None) -> float:
     return beta
 
 
-def _tolerance(error: float, relative: bool, estimate: float) -> float:
-    """How precisely interval edges are located: far below the error asked for."""
-    return 1e-4 * error * (max(abs(estimate), 1e-9) if relative else 1.0)
+def _tolerance(error: float, relative: bool, estimate: float, low: float, high: float) -> float:
+    """How precisely the edges of an interval within [low, high] are located: far below
+    both the error asked for and the width of the range (an error of 1e6 on values in
+    [0, 50] must still locate the edges inside [0, 50])."""
+    asked = error * (max(abs(estimate), 1e-9) if relative else 1.0)
+    floor = 1e-12 * max(1.0, abs(low), abs(high))
+    return max(1e-4 * min(asked, high - low), floor)
 
 
 def aggregate_error_bound(n: int, true_values: Callable[[np.ndarray], np.ndarray], *,
@@ -184,9 +190,9 @@ def aggregate_error_bound(n: int, true_values: Callable[[np.ndarray], np.ndarray
                 y_all, n, y_range, None if proxy is None else proxy[sampler.order[:t]],
                 proxy_stats if proxy is not None else None)
             bets = _bets(d, y_range[1] - y_range[0], error, relative)
-            low, high = betting_interval(increments, bets, max(y_range[0], feasible[0]),
-                                         min(y_range[1], feasible[1]), delta,
-                                         _tolerance(error, relative, estimate))
+            low, high = max(y_range[0], feasible[0]), min(y_range[1], feasible[1])
+            low, high = betting_interval(increments, bets, low, high, delta,
+                                         _tolerance(error, relative, estimate, low, high))
         estimate = float(min(max(estimate, low), high))
         details.update(checks=j, c=float(c))
         if _stop(estimate, low, high, error, relative) and (
@@ -292,10 +298,11 @@ def aggregate_ratio_error_bound(n: int, true_values: Callable, *, error: float,
             scale = rate_prev * (np.maximum(np.abs(ratio_prev), 1e-12) if relative else 1.0)
             bets = _bets(d, width, error, False, scale)
             low, high = betting_interval(ratio_increments(a, b, n, x_range), bets, *x_range,
-                                         delta, _tolerance(error, relative, estimate))
+                                         delta, _tolerance(error, relative, estimate, *x_range))
         estimate = float(min(max(estimate, low), high))
+        # without a value range, the range of stat is read off the predicate frames seen
         if _stop(estimate, low, high, error, relative) and (
-                value_range or t >= MIN_SAMPLES_WITHOUT_RANGE):
+                value_range or mean_b * t >= MIN_SAMPLES_WITHOUT_RANGE - 0.5):
             details["met"] = True
             break
     details["positives_sampled"] = int(round(moments.mean[1] * moments.count))

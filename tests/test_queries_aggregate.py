@@ -192,3 +192,27 @@ def test_bad_callback_output_is_an_oracle_error():
         aggregate_error_bound(10, lambda f: np.zeros(f.size + 1), error=0.1, value_range=(0, 1))
     with pytest.raises(OracleError):
         aggregate_ratio_error_bound(10, lambda f: np.zeros(f.size), error=0.1)
+
+
+@pytest.mark.parametrize("error", [1e6, 1e300])
+@pytest.mark.parametrize("proxy_kind", ["none", "proxy", "range", "ratio"])
+def test_a_huge_error_still_gives_a_valid_interval(error, proxy_kind):
+    """An error far wider than the values (ERROR WITHIN 1e6) once gave a zero-width interval
+    beside the truth: interval edges were located to within 1e-4 * error."""
+    values, proxy = counts_population(3, n=4000)
+    pred = values >= 3
+    hits = 0
+    for seed in range(TRIALS):
+        if proxy_kind == "ratio":
+            truth = values[pred].mean()
+            res = aggregate_ratio_error_bound(values.size, lambda f: (values[f], pred[f]),
+                                              error=error, seed=seed, bound="betting")
+        else:
+            truth = values.mean()
+            res = aggregate_error_bound(
+                values.size, lambda f: values[f], error=error, seed=seed, bound="betting",
+                proxy=proxy if proxy_kind == "proxy" else None,
+                value_range=(0.0, 30.0) if proxy_kind == "range" else None)
+        assert res.ci_high > res.ci_low and np.isfinite([res.ci_low, res.ci_high]).all()
+        hits += res.ci_low <= truth <= res.ci_high
+    assert hits / TRIALS >= 0.93
