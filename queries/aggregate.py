@@ -27,8 +27,8 @@ from .bounds import (SERFLING_KAPPA, RunningMoments, epoch_checkpoints, epoch_de
                      eb_serfling_halfwidth, serfling_rho)
 from .oracle_calls import DistinctOracle, as_values, split_pair
 from .results import AggregateResult
-from .validation import (check_confidence, check_int, check_positive, check_scores,
-                         check_value_range, make_rng)
+from .validation import (ABSOLUTE_ERROR, MIN_SAMPLES, RELATIVE_ERROR, check_confidence,
+                         check_int, check_scores, check_value_range, make_rng)
 
 BOUNDS = ("bernstein", "betting")
 # Without a declared value range, the range is read off the sample (no guarantee then);
@@ -58,12 +58,15 @@ class _Sampler:
         return np.sort(self.order[:self.taken])
 
 
-def _check_common(n, error, confidence, batch, max_samples, seed, value_range, bound):
+def _check_common(n, error, relative, confidence, batch, max_samples, seed, value_range,
+                  bound):
     n = check_int("n", n, 1)
-    error = check_positive("error", error)
+    error = (RELATIVE_ERROR if relative else ABSOLUTE_ERROR).check(
+        "relative error" if relative else "error", error)
     confidence = check_confidence(confidence)
     batch = check_int("batch", batch, 1)
-    limit = n if max_samples is None else min(n, check_int("max_samples", max_samples, 2))
+    limit = n if max_samples is None else min(n, check_int("max_samples", max_samples,
+                                                           MIN_SAMPLES))
     if bound not in BOUNDS:
         raise ParameterError(f"bound must be one of {BOUNDS}; got {bound!r}")
     return n, error, confidence, batch, limit, make_rng(seed), check_value_range(value_range)
@@ -140,7 +143,7 @@ def aggregate_error_bound(n: int, true_values: Callable[[np.ndarray], np.ndarray
     labelling all n frames gives the exact answer.
     """
     n, error, confidence, batch, limit, rng, value_range = _check_common(
-        n, error, confidence, batch, max_samples, seed, value_range, bound)
+        n, error, relative, confidence, batch, max_samples, seed, value_range, bound)
     if proxy is not None:
         proxy = check_scores("proxy", proxy, n)
         proxy_stats = (float(proxy.mean()), float(proxy.min()), float(proxy.max()))
@@ -251,7 +254,7 @@ def aggregate_ratio_error_bound(n: int, true_values: Callable, *, error: float,
     sampled frame satisfies the predicate.
     """
     n, error, confidence, batch, limit, rng, value_range = _check_common(
-        n, error, confidence, batch, max_samples, seed, value_range, bound)
+        n, error, relative, confidence, batch, max_samples, seed, value_range, bound)
     delta = 1.0 - confidence
     sampler = _Sampler(n, true_values, rng, batch)
     moments = RunningMoments(2)

@@ -20,7 +20,7 @@ from vidql.engine.errors import ParameterError
 
 from .oracle_calls import DistinctOracle, as_flags
 from .results import RareResult
-from .validation import check_int, check_scores, make_rng
+from .validation import MIN_RARE_BUDGET, check_int, check_scores, make_rng
 
 POOLS = ("all", "seals")
 
@@ -80,7 +80,7 @@ def find_rare(embeddings: np.ndarray, predicate: Callable[[np.ndarray], np.ndarr
         raise ParameterError("embeddings must be a finite (frames, dims) array; got shape "
                              f"{emb.shape}")
     n = emb.shape[0]
-    budget = check_int("budget", budget, 1)
+    budget = check_int("budget", budget, MIN_RARE_BUDGET)
     radius = check_int("radius", radius, 0)
     batch = check_int("batch", batch, 1)
     if max_rounds is not None:

@@ -17,16 +17,17 @@ from vidql.engine.errors import OracleError, ParameterError
 
 from .oracle_calls import DistinctOracle, as_flags, as_values
 from .results import AggregateResult
-from .validation import check_confidence, check_fraction, check_int, check_scores, make_rng
+from .validation import (DEFAULT_STRATA, check_confidence, check_fraction, check_int,
+                         check_scores, make_rng)
 
 AGGREGATES = ("avg", "sum", "count")
 BOOTSTRAP_CELLS = 4_000_000  # resampled values held in memory at once
 
 
 def aggregate_budget(proxy: np.ndarray, true_values: Callable, *, budget: int,
-                     agg: str = "avg", confidence: float = 0.95, strata: int = 5, seed=0,
-                     n_bootstrap: int = 1000, pilot_fraction: float = 0.5,
-                     floor_fraction: float = 0.1) -> AggregateResult:
+                     agg: str = "avg", confidence: float = 0.95,
+                     strata: int = DEFAULT_STRATA, seed=0, n_bootstrap: int = 1000,
+                     pilot_fraction: float = 0.5, floor_fraction: float = 0.1) -> AggregateResult:
     """AVG / SUM / COUNT over the frames where a predicate holds, spending at most `budget`
     oracle calls.
 
@@ -41,8 +42,9 @@ def aggregate_budget(proxy: np.ndarray, true_values: Callable, *, budget: int,
 
 
 def aggregate_budget_grouped(proxy: np.ndarray, true_values: Callable, *, budget: int,
-                             agg: str = "avg", confidence: float = 0.95, strata: int = 5,
-                             seed=0, n_bootstrap: int = 1000, pilot_fraction: float = 0.5,
+                             agg: str = "avg", confidence: float = 0.95,
+                             strata: int = DEFAULT_STRATA, seed=0, n_bootstrap: int = 1000,
+                             pilot_fraction: float = 0.5,
                              floor_fraction: float = 0.1) -> dict[Hashable, AggregateResult]:
     """GROUP BY a small categorical per-frame column, under one shared budget.
 

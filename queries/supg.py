@@ -33,10 +33,10 @@ from .bounds import betting_upper_bounds, hypergeom_lower_count
 from .limit import proxy_order
 from .oracle_calls import DistinctOracle, as_flags
 from .results import SelectionResult
-from .validation import (check_confidence, check_fraction, check_int, check_scores,
-                         make_rng)
+from .validation import (MIN_SUPG_BUDGET, TARGET, check_confidence, check_fraction,
+                         check_int, check_scores, make_rng)
 
-MIN_BUDGET = 10
+MIN_BUDGET = MIN_SUPG_BUDGET
 RECALL_BLOCK = 8  # cutoffs whose bounds are computed together (tests stop at a failure)
 
 
@@ -86,7 +86,7 @@ def _draw_distinct(q: np.ndarray, distinct: int,
 
 def _validate(proxy, target, confidence, budget, uniform_mix, seed):
     proxy = check_scores("proxy", proxy)
-    target = check_fraction("target", target, inclusive_high=False)
+    target = TARGET.check("target", target)
     confidence = check_confidence(confidence)
     budget = check_int("budget", budget, MIN_BUDGET)
     uniform_mix = check_fraction("uniform_mix", uniform_mix)
