@@ -13,6 +13,7 @@ import pandas as pd
 from .catalog import _quote
 from .dialect import Query
 from .errors import CatalogError, QueryError
+from .exact import bind_query
 from .framestat import FrameExpr, is_predicate, parse_frame_expr
 from .labelcache import LabelCache, LabelStats
 
@@ -91,6 +92,7 @@ class Binding:
             raise QueryError(str(exc), q.text, max(q.text.find(q.video), 0)) from None
         self.db = db
         self.q = q
+        bind_query(catalog, q.sql, [self.video], q.clauses.oracle)
         self.cache: LabelCache = catalog.label_cache(self.video, q.clauses.oracle)
         self.population = self._population(db, q)
         self.n = len(self.population)
@@ -388,6 +390,8 @@ def explain(db, q: Query) -> Result:
 def _estimate_exact(db, q: Query, report: Report) -> int:
     total = 0
     names = {v.lower(): v for v in db.catalog.video_names()}
+    videos = [names[t.split(".")[0].lower()] for t in q.tables if t.split(".")[0].lower() in names]
+    bind_query(db.catalog, q.sql, list(dict.fromkeys(videos)), q.clauses.oracle)
     for table in q.tables:
         video = names.get(table.split(".")[0].lower())
         if video is None:
