@@ -9,11 +9,10 @@ import pandas as pd
 import torch
 import torchvision
 
-from vidql.queries.validation import Bounds
-
 from .errors import OracleError
 from .oracle import COCO_CLASSES, Oracle, detections_frame, file_digest
 from .oracles import BATCH_SIZE
+from .ranges import Bounds
 
 YOLO_INPUT_PAD = 114
 SCORE = Bounds(0.0, 1.0)    # minimum detection confidence kept

@@ -4,7 +4,7 @@ tokens: where they start, their values and range checks, and the LIMIT/OFFSET mi
 with them (kept as SQL)."""
 from __future__ import annotations
 
-from vidql.queries.validation import (ABSOLUTE_ERROR, BUDGET, CONFIDENCE, GAP, RELATIVE_ERROR,
+from .ranges import (ABSOLUTE_ERROR, BUDGET, CONFIDENCE, GAP, RELATIVE_ERROR,
                                      SEED, TARGET, Bounds)
 
 from .dialect_lex import Cursor, Token, paren

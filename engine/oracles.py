@@ -9,10 +9,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from vidql.queries.validation import Bounds
-
 from .errors import OracleError
 from .oracle import Oracle, detections_frame, file_digest
+from .ranges import Bounds
 
 ORACLE_KINDS = ("ONNX", "TORCHVISION", "LABELS", "PYTHON")
 BATCH_SIZE = Bounds(1, 4096, whole=True)  # frames per oracle call

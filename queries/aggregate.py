@@ -21,14 +21,15 @@ from typing import Callable
 import numpy as np
 
 from vidql.engine.errors import ParameterError
+from vidql.engine.ranges import ABSOLUTE_ERROR, MIN_SAMPLES, RELATIVE_ERROR
 
 from .betting import betting_interval, mean_increments, predictable_variance, ratio_increments
 from .bounds import (SERFLING_KAPPA, RunningMoments, epoch_checkpoints, epoch_delta,
                      eb_serfling_halfwidth, serfling_rho)
 from .oracle_calls import DistinctOracle, as_values, split_pair
 from .results import AggregateResult
-from .validation import (ABSOLUTE_ERROR, MIN_SAMPLES, RELATIVE_ERROR, check_confidence,
-                         check_int, check_scores, check_value_range, make_rng)
+from .validation import (check_confidence, check_int, check_scores, check_value_range,
+                         make_rng)
 
 BOUNDS = ("bernstein", "betting")
 # Without a declared value range, the range is read off the sample (no guarantee then);

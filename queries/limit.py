@@ -6,10 +6,11 @@ from typing import Callable
 
 import numpy as np
 
+from vidql.engine.ranges import GAP, LIMIT_ROWS, MIN_LIMIT_CALLS
+
 from .oracle_calls import DistinctOracle, as_flags
 from .results import SelectionResult
-from .validation import (GAP, LIMIT_ROWS, MIN_LIMIT_CALLS, check_int, check_scores,
-                         make_rng)
+from .validation import check_int, check_scores, make_rng
 
 
 def proxy_order(proxy: np.ndarray, rng: np.random.Generator) -> np.ndarray:

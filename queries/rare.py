@@ -17,10 +17,11 @@ import numpy as np
 from sklearn.linear_model import LogisticRegression
 
 from vidql.engine.errors import ParameterError
+from vidql.engine.ranges import MIN_RARE_BUDGET
 
 from .oracle_calls import DistinctOracle, as_flags
 from .results import RareResult
-from .validation import MIN_RARE_BUDGET, check_int, check_scores, make_rng
+from .validation import check_int, check_scores, make_rng
 
 POOLS = ("all", "seals")
 

@@ -14,11 +14,11 @@ from typing import Callable, Hashable
 import numpy as np
 
 from vidql.engine.errors import OracleError, ParameterError
+from vidql.engine.ranges import DEFAULT_STRATA
 
 from .oracle_calls import DistinctOracle, as_flags, as_values
 from .results import AggregateResult
-from .validation import (DEFAULT_STRATA, check_confidence, check_fraction, check_int,
-                         check_scores, make_rng)
+from .validation import check_confidence, check_fraction, check_int, check_scores, make_rng
 
 AGGREGATES = ("avg", "sum", "count")
 BOOTSTRAP_CELLS = 4_000_000  # resampled values held in memory at once

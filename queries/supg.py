@@ -29,12 +29,14 @@ from typing import Callable
 import numpy as np
 from scipy import stats
 
+from vidql.engine.ranges import MIN_SUPG_BUDGET, TARGET
+
 from .bounds import betting_upper_bounds, hypergeom_lower_count
 from .limit import proxy_order
 from .oracle_calls import DistinctOracle, as_flags
 from .results import SelectionResult
-from .validation import (MIN_SUPG_BUDGET, TARGET, check_confidence, check_fraction,
-                         check_int, check_scores, make_rng)
+from .validation import (check_confidence, check_fraction, check_int, check_scores,
+                         make_rng)
 
 MIN_BUDGET = MIN_SUPG_BUDGET
 RECALL_BLOCK = 8  # cutoffs whose bounds are computed together (tests stop at a failure)
