@@ -9,8 +9,12 @@ import pandas as pd
 
 from .errors import OracleError
 from .oracle import COCO_CLASSES, Oracle, detections_frame, file_digest
+from .oracles import BATCH_SIZE
+from .ranges import Bounds
 
 YOLO_INPUT_PAD = 114
+SCORE = Bounds(0.0, 1.0)    # minimum detection confidence kept
+NMS_IOU = Bounds(0.0, 1.0)  # IoU above which class-wise NMS drops the weaker box
 
 
 def _class_wise_nms(boxes: np.ndarray, scores: np.ndarray, classes: np.ndarray,
@@ -49,6 +53,9 @@ class OnnxDetector(Oracle):
                  layout: str = "auto", classes: list[str] | None = None, batch_size: int = 8):
         import onnxruntime as ort
 
+        SCORE.check("ONNX option score", score)  # as given: the value is part of the identity
+        NMS_IOU.check("ONNX option nms (an IoU threshold)", nms)
+        batch_size = BATCH_SIZE.check("option batch_size", batch_size)
         path = Path(path)
         if not path.is_file():
             raise OracleError(f"ONNX model '{path}' not found")
@@ -157,6 +164,8 @@ class TorchvisionDetector(Oracle):
         import torchvision
         from torchvision.models import detection
 
+        SCORE.check("TORCHVISION option score", score)
+        batch_size = BATCH_SIZE.check("option batch_size", batch_size)
         builder = getattr(detection, model, None)
         if builder is None or not callable(builder):
             raise OracleError(f"unknown torchvision detection model {model!r}")

@@ -73,6 +73,11 @@ def execute(db, stmt):
         if options:
             raise ParameterError(f"unknown LOAD VIDEO option(s) {', '.join(sorted(options))}; "
                                  f"allowed: rendition")
+        if rendition is not None:
+            from vidql.preprocess.rendition import SHORT_SIDE
+
+            rendition = SHORT_SIDE.check("LOAD VIDEO option rendition (short side in pixels)",
+                                         rendition)
         db.load_video(stmt.path, stmt.name, rendition=rendition)
         return _frame(db, db.videos().query("name == @stmt.name"))
     if isinstance(stmt, ShowVideos):
