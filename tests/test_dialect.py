@@ -462,7 +462,7 @@ def _run_operator(q) -> None:
         queries.limit_query(proxy, flags, k=q.limit, gap=c.gap or 0, seed=seed,
                             max_calls=c.budget)
     elif q.kind in ("select_recall", "select_precision"):
-        op = queries.supg_recall if q.kind == "select_recall" else queries.supg_precision
+        op = queries.recall_binomial if q.kind == "select_recall" else queries.supg_precision
         target = c.recall_target if q.kind == "select_recall" else c.precision_target
         op(proxy, flags, target=target, confidence=conf, budget=c.budget, seed=seed)
     else:
@@ -482,7 +482,7 @@ def _run_operator(q) -> None:
     (SEL + "LIMIT 2 ORACLE BUDGET 1", SEL + "LIMIT 2 ORACLE BUDGET 0"),
     (SEL + "LIMIT 2 GAP 0", SEL + "LIMIT 2 ORACLE BUDGET 5 GAP -1"),
     (SEL + "LIMIT 2 SEED 0", SEL + "LIMIT 2 ORACLE BUDGET 5 SEED -1"),
-    (SEL + "RECALL TARGET 99.9% ORACLE BUDGET 10", SEL + "RECALL TARGET 100% ORACLE BUDGET 10"),
+    (SEL + "RECALL TARGET 100% ORACLE BUDGET 10", SEL + "RECALL TARGET 100.1% ORACLE BUDGET 10"),
     (SEL + "RECALL TARGET 0.1% ORACLE BUDGET 10", SEL + "RECALL TARGET 0% ORACLE BUDGET 10"),
     (SEL + "RECALL TARGET 90% ORACLE BUDGET 10", SEL + "RECALL TARGET 90% ORACLE BUDGET 9"),
     (SEL + "PRECISION TARGET 0.999 ORACLE BUDGET 10",
