@@ -133,12 +133,15 @@ class LabelCache:
 
     def label_ahead(self, frames, now: int) -> None:
         """An operator asks for `frames[:now]` now and for the rest of `frames` next, in
-        that order: when some of the first are not labelled, label them with the next ones
-        in one oracle batch, so an operator asking a frame at a time still labels in
-        batches sized for throughput."""
+        that order: when some of the first are not labelled, label them with the next
+        unlabelled ones in whole oracle batches, so an operator asking a frame at a time
+        still labels in batches sized for throughput."""
         frames = self._check_range(frames)
-        if not self._labelled[frames[:now]].all():
-            self.ensure(frames[:max(now, int(self.oracle.batch_size))])
+        needed = int((~self._labelled[frames[:now]]).sum())
+        if needed:
+            todo = frames[~self._labelled[frames]]
+            batch = max(1, int(self.oracle.batch_size))
+            self.ensure(todo[:-(-needed // batch) * batch])
 
     def _progress(self, desc: str, total: int | None) -> tqdm:
         """A bar on stderr, drawn only on a terminal (and when the cache shows progress)."""

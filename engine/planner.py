@@ -93,7 +93,7 @@ class Binding:
         once (vidql.queries)."""
         batch = max(1, int(self.cache.oracle.batch_size))
         fn.ahead = lambda positions, now: self.cache.label_ahead(
-            self.frames(positions[:max(now, batch)]), now)
+            self.frames(positions[:now + 2 * batch]), now)
         return fn
 
     def timestamps(self, frames: np.ndarray) -> np.ndarray:
