@@ -194,9 +194,10 @@ class LabelCache:
         key = [self.video, self.oracle.identity]
         self.con.execute("BEGIN TRANSACTION")
         try:
-            if len(det):  # DuckDB reads the local DataFrame `det` by its name
+            if len(det):
+                self.con.register("__vidql_det", det)
                 self.con.execute("INSERT INTO vidql.labels SELECT ?, ?, frame, label, score, "
-                                 "x1, y1, x2, y2 FROM det", key)
+                                 "x1, y1, x2, y2 FROM __vidql_det", key)
             self.con.execute("INSERT OR IGNORE INTO vidql.labelled SELECT ?, ?, unnest(?), "
                              "unnest(?)", key + [ids.tolist(), counts.tolist()])
             if cost is not None:
@@ -208,6 +209,8 @@ class LabelCache:
         except BaseException:
             self.con.execute("ROLLBACK")
             raise
+        finally:
+            self.con.unregister("__vidql_det")
 
     def detections(self, frames=None) -> pd.DataFrame:
         """Cached detections (DETECTION_COLUMNS) of `frames` (all labelled frames if None),
