@@ -84,3 +84,32 @@ def test_error_within_labels_whole_batches(small_traffic, tmp_path):
         assert answer["frames"][0] > 32 and sum(sizes) == db.last_report.oracle_calls
         assert sum(sizes) == len(set(db.labels("t").labelled_frames))
         assert all(size == 32 for size in sizes[:-1]), sizes
+
+
+def test_callback_values_come_from_memory(small_traffic, tmp_path):
+    """Once the oracle's batches are committed, a callback reads no labels back from the
+    catalog: its values come from the counts of those batches."""
+    video, labels = small_traffic
+    with vidql.connect(tmp_path / "m.db", progress=False) as db:
+        db.sql(f"LOAD VIDEO '{video}' AS t; CREATE ORACLE truth FROM LABELS '{labels}'; "
+               "SET ORACLE t = truth")
+        cache = db.labels("t")
+        values = cache.true_values("objects('car')", "contains('bus')")
+        values(np.arange(0, 300, 7))  # labels these frames: one batch, committed
+        statements = []
+        con = cache.con
+
+        class Counting:
+            def __getattr__(self, name):
+                statements.append(name)
+                return getattr(con, name)
+
+        cache.con = Counting()
+        try:
+            for start in range(0, 280, 7):
+                cars, bus = values(np.arange(start, 300, 7)[:3])
+        finally:
+            cache.con = con
+        assert statements == []
+        truth = read_labels(labels)
+        np.testing.assert_array_equal(cars, evaluate("objects('car')", truth, [273, 280, 287]))
