@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable
 
+import duckdb
 import numpy as np
 import pandas as pd
 from tqdm import tqdm
@@ -188,9 +189,11 @@ class LabelCache:
         self.stats.oracle_seconds += (t2 - t1) if cost is None else cost * len(ids) / 1000
 
     def _commit(self, ids: np.ndarray, det: pd.DataFrame, counts: np.ndarray,
-                cost: list | None) -> None:
+                cost: list | None, ignore: bool = False) -> None:
         """One transaction: the batch's detections, its frames (with their detection counts)
-        and, when given, the oracle's cost [frames, seconds] since it was last recorded."""
+        and, when given, the oracle's cost [frames, seconds] since it was last recorded.
+        Frames are inserted plainly (`ignore` skips frames already recorded, slower: only
+        when another connection recorded one meanwhile)."""
         key = [self.video, self.oracle.identity]
         self.con.execute("BEGIN TRANSACTION")
         try:
@@ -198,14 +201,20 @@ class LabelCache:
                 self.con.register("__vidql_det", det)
                 self.con.execute("INSERT INTO vidql.labels SELECT ?, ?, frame, label, score, "
                                  "x1, y1, x2, y2 FROM __vidql_det", key)
-            self.con.execute("INSERT OR IGNORE INTO vidql.labelled SELECT ?, ?, unnest(?), "
-                             "unnest(?)", key + [ids.tolist(), counts.tolist()])
+            self.con.execute(f"INSERT {'OR IGNORE ' if ignore else ''}INTO vidql.labelled "
+                             "SELECT ?, ?, unnest(?), unnest(?)",
+                             key + [ids.tolist(), counts.tolist()])
             if cost is not None:
                 self.con.execute("INSERT INTO vidql.oracle_costs VALUES (?, ?, ?) ON CONFLICT DO "
                                  "UPDATE SET frames = frames + excluded.frames, "
                                  "seconds = seconds + excluded.seconds",
                                  [self.oracle.identity] + cost)
             self.con.execute("COMMIT")
+        except duckdb.ConstraintException:
+            self.con.execute("ROLLBACK")
+            if ignore:
+                raise
+            self._commit(ids, det, counts, cost, ignore=True)
         except BaseException:
             self.con.execute("ROLLBACK")
             raise
