@@ -85,6 +85,7 @@ class Binding:
         return self._ahead(lambda positions: values(positions)[0])
 
     def frames(self, positions) -> np.ndarray:
+        """Frame numbers of positions in the population."""
         return self.population[np.asarray(positions, dtype=np.int64)]
 
     def _ahead(self, fn):
