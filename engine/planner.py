@@ -80,12 +80,25 @@ class Binding:
         """Callback: positions in the population -> tuple of true values, one array per
         statistic (through the label cache, one lookup for all)."""
         values = self.cache.true_values(*exprs)
-        return lambda positions: values(self.population[np.asarray(positions, dtype=np.int64)])
+        return self._ahead(lambda positions: values(self.frames(positions)))
 
     def truth(self, expr: FrameExpr | str):
         """Callback: positions in the population -> true values of one statistic."""
         values = self.truths(expr)
-        return lambda positions: values(positions)[0]
+        return self._ahead(lambda positions: values(positions)[0])
+
+    def frames(self, positions) -> np.ndarray:
+        """Frame numbers of positions in the population."""
+        return self.population[np.asarray(positions, dtype=np.int64)]
+
+    def _ahead(self, fn):
+        """`fn` with `ahead(positions, now)`: an operator names the positions it asks for now
+        (the first `now`) and next, in order, so the oracle labels a whole batch of them at
+        once (vidql.queries)."""
+        batch = max(1, int(self.cache.oracle.batch_size))
+        fn.ahead = lambda positions, now: self.cache.label_ahead(
+            self.frames(positions[:now + 2 * batch]), now)
+        return fn
 
     def timestamps(self, frames: np.ndarray) -> np.ndarray:
         ts = self.db.catalog.con.execute(f"SELECT ts FROM main.{_quote(self.video)} ORDER BY frame"
@@ -282,7 +295,7 @@ def _pair(b: Binding, stat: FrameExpr | None, pred: FrameExpr | None, *extra: Fr
         p = got.pop(0) > 0 if pred is not None else np.ones(len(positions), dtype=bool)
         return (s, p, *got)
 
-    return values
+    return b._ahead(values) if truths else values
 
 
 def _run_budget(b: Binding, q: Query, seed: int, report: Report, stat, pred, conf) -> pd.DataFrame:

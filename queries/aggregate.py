@@ -44,6 +44,8 @@ class _Sampler:
         self.n = n
         self.order = rng.permutation(n)
         self.oracle = DistinctOracle(true_values, n)
+        # a callback may label ahead: told the coming frames, it labels a batch at once
+        self.ahead = getattr(true_values, "ahead", None)
         self.batch = batch
         self.taken = 0
 
@@ -51,6 +53,8 @@ class _Sampler:
         """Label frames until t are labelled; yields (frames, callback output) per batch."""
         while self.taken < t:
             chunk = self.order[self.taken:min(t, self.taken + self.batch)]
+            if self.ahead is not None:
+                self.ahead(self.order[self.taken:], chunk.size)
             self.taken += chunk.size
             yield chunk, self.oracle(chunk)
 
