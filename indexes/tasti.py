@@ -15,7 +15,6 @@ from typing import Callable
 
 import numpy as np
 import pandas as pd
-import torch
 from tqdm.auto import tqdm
 
 from ..engine.errors import ParameterError, QueryError, VidqlError
@@ -24,6 +23,7 @@ from .embedders import (embed_source, find_pretrained_weights, network_embedder,
                         pixel_embeddings, pretrained_embeddings, source_length)
 from .fpf import farthest_point_first, random_representatives
 from .neighbours import merge_nearest, nearest
+from .network import CompactCNN, cpu_threads, fastest_threads
 from .propagate import DEFAULT_EPS, propagate
 from .triplet import label_closeness, train_triplet_network
 
@@ -34,6 +34,52 @@ LabelFn = Callable[[np.ndarray], pd.DataFrame]
 
 class IndexMismatchError(VidqlError):
     """A saved index that belongs to another video or oracle than the one expected."""
+
+
+REPS_FRACTION, REPS_FLOOR, REPS_CAP = 0.02, 50, 2000  # default labels: 2% in [50, 2000]
+TRIPLETS_PER_FRAME, TRIPLETS_FLOOR, TRIPLETS_CAP = 80, 2000, 12_000
+LIMITS = {"k": (1, 64), "seed": (0, 2**31 - 1), "dim": (2, 1024),
+          "triplets": (1, 1_000_000)}  # train and reps: [0 or 1, n_frames]
+
+
+def default_sizes(n_frames: int) -> dict:
+    """Defaults fitted to the video: `reps` labelled frames = 2% of the frames within
+    [50, 2000] (never more than a fifth of a short video), `train` = half of them, and at
+    most 80 `triplets` per training frame within [2000, 12000] (early stopping usually
+    ends training sooner)."""
+    reps = min(REPS_CAP, max(min(REPS_FLOOR, n_frames // 5), round(REPS_FRACTION * n_frames)), n_frames)
+    reps = max(1, reps)
+    train = reps // 2
+    triplets = min(TRIPLETS_CAP, max(TRIPLETS_FLOOR, TRIPLETS_PER_FRAME * (train + reps // 4)))
+    return {"train": train, "reps": reps, "triplets": triplets}
+
+
+def check_options(n_frames: int, **options) -> dict:
+    """Build options (train, reps, k, seed, embedder, dim, triplets) checked against their
+    allowed ranges, None or missing ones set to their defaults (`default_sizes` for train,
+    reps and triplets); a ParameterError names the value and the range."""
+    if int(n_frames) < 1:
+        raise ParameterError(f"the video has no frames (n_frames = {n_frames})")
+    embedder = options.get("embedder", "triplet")
+    if embedder not in EMBEDDERS:
+        raise ParameterError(f"embedder must be one of {', '.join(EMBEDDERS)}, got {embedder!r}")
+    limits = {**LIMITS, "train": (0, n_frames), "reps": (1, n_frames)}
+    defaults = {**default_sizes(n_frames), "k": 5, "seed": 0, "dim": 128}
+    out = {}
+    for name in ("train", "reps", "k", "seed", "dim", "triplets"):
+        value = options.get(name)
+        out[name] = defaults[name] if value is None else check_int(name, value, *limits[name])
+    return {**out, "embedder": embedder}
+
+
+def check_int(name: str, value, low: int, high: int) -> int:
+    """`value` as an int in [low, high], else a ParameterError naming both."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer, float, np.floating)) \
+            or (isinstance(value, (float, np.floating)) and not float(value).is_integer()):
+        raise ParameterError(f"{name} must be a whole number in [{low}, {high}], got {value!r}")
+    if not low <= value <= high:
+        raise ParameterError(f"{name} must lie in [{low}, {high}], got {int(value)}")
+    return int(value)
 
 
 def _empty_labels() -> pd.DataFrame:
@@ -128,12 +174,13 @@ class TastiIndex:
     # ---- building ---------------------------------------------------------------------
 
     @classmethod
-    def build(cls, source, label_fn: LabelFn, *, train: int = 1000, reps: int = 2000, k: int = 5,
-              seed: int = 0, embedder: str = "triplet", size: tuple[int, int] = (64, 36),
-              progress: bool = True, identity: dict | None = None, weights=None,
-              dim: int = 128, triplets: int = 12_000, lr: float = 1e-3, margin: float = 1.0,
+    def build(cls, source, label_fn: LabelFn, *, train: int | None = None,
+              reps: int | None = None, k: int = 5, seed: int = 0, embedder: str = "triplet",
+              size: tuple[int, int] = (64, 36), progress: bool = True,
+              identity: dict | None = None, weights=None, dim: int = 128,
+              triplets: int | None = None, lr: float = 1e-3, margin: float = 1.0,
               count_weight: float = 30.0, jitter: bool = True, box_tol: float = 1.0,
-              eps: float = DEFAULT_EPS, threads: int = 2) -> "TastiIndex":
+              eps: float = DEFAULT_EPS, threads: int | None = None) -> "TastiIndex":
         """Embed every frame of `source`, label `reps` representatives through `label_fn`
         and find each frame's `k` nearest representatives.
 
@@ -142,10 +189,15 @@ class TastiIndex:
         when local weights exist, else the pixel embedding) together with the random
         representatives. 'pretrained' uses ResNet-18 features (needs local `weights` or the
         torch hub cache; never downloads). 'pixel' uses thumbnail PCA. Training: triplet
-        loss (`margin`, Adam `lr`, `triplets` seen, `dim`-d output) plus `count_weight` times
-        an auxiliary regression of class counts from the embedding (0 gives plain TASTI;
-        the default lifts rho for car counts from ~0.87 to ~0.95 on synthetic traffic),
-        with random lighting `jitter`.
+        loss (`margin`, Adam `lr`, at most `triplets` seen, early stopping on held-out
+        frames, `dim`-d output) plus `count_weight` times an auxiliary regression of class
+        counts from the embedding (0 gives plain TASTI; the default lifts rho for car counts
+        from ~0.87 to ~0.95 on synthetic traffic), with random lighting `jitter`.
+
+        `train`, `reps` and `triplets` default to sizes fitted to the video's frame count
+        (see `default_sizes`); every option is checked (see `check_options`) before any
+        work. `threads`: torch and BLAS threads for the build, by default 1 or all cores as
+        measured on the embedder (`fastest_threads`; the caller's settings are restored).
 
         Representatives are every labelled frame: the training frames, a quarter of `reps`
         at random, and the rest by FPF in the final embedding, `reps` in all (oracle calls
@@ -153,21 +205,17 @@ class TastiIndex:
         video fingerprint and oracle identity) is stored and checked by
         `load(..., expect=...)`.
         """
-        if embedder not in EMBEDDERS:
-            raise ParameterError(f"embedder must be one of {EMBEDDERS}, got {embedder!r}")
-        for name, value, low in (("train", train, 0), ("reps", reps, 1), ("k", k, 1),
-                                 ("n_frames", source_length(source), 1)):
-            if int(value) < low:
-                raise ParameterError(f"{name} must be >= {low}, got {value}")
-        config = dict(train=int(train), reps=int(reps), k=int(k), seed=int(seed), embedder=embedder,
-                      size=list(size), dim=int(dim), triplets=int(triplets), lr=lr, margin=margin,
-                      count_weight=count_weight, jitter=jitter, box_tol=box_tol)
-        previous_threads = torch.get_num_threads()
-        torch.set_num_threads(threads)
-        try:
-            return cls._build(source, label_fn, config, progress, identity, weights, eps)
-        finally:
-            torch.set_num_threads(previous_threads)
+        n_frames = source_length(source)
+        config = check_options(n_frames, train=train, reps=reps, k=k, seed=seed,
+                               embedder=embedder, dim=dim, triplets=triplets)
+        config.update(size=list(size), lr=lr, margin=margin, count_weight=count_weight,
+                      jitter=jitter, box_tol=box_tol)
+        if threads is None:
+            threads = fastest_threads(CompactCNN(out_dim=config["dim"]), size)
+        with cpu_threads(threads):
+            index = cls._build(source, label_fn, config, progress, identity, weights, eps)
+        index.stats["torch_threads"] = int(threads)
+        return index
 
     @classmethod
     def _build(cls, source, label_fn, cfg, progress, identity, weights, eps) -> "TastiIndex":
