@@ -99,7 +99,8 @@ def train_triplet_network(images: np.ndarray, close: np.ndarray, counts: np.ndar
                           times: np.ndarray, *, dim: int = 128, triplets: int = 12_000,
                           batch_size: int = 32, lr: float = 1e-3, margin: float = 1.0,
                           count_weight: float = 30.0, jitter: bool = True, seed: int = 0,
-                          holdout: float = 0.15, patience: int = 3, progress: bool = True
+                          holdout: float = 0.15, patience: int = 3, min_window: int = 2000,
+                          progress: bool = True
                           ) -> tuple[CompactCNN, dict]:
     """Train a CompactCNN on `images` (uint8 T×H×W×3) with triplet loss for at most
     `triplets` triplets; returns the network and training figures.
@@ -107,7 +108,7 @@ def train_triplet_network(images: np.ndarray, close: np.ndarray, counts: np.ndar
     Early stopping: a `holdout` share of the frames is never trained on; their triplets
     (anchor held out, positive and negative from any frame) are scored after every pass
     over the training frames; training stops when the best held-out loss has not improved
-    by 1% for `patience` passes (and a quarter of `triplets`), and the network with the
+    by 1% for `patience` passes (and `min_window` triplets), and the network with the
     best held-out loss is returned.
 
     With `count_weight` > 0, a linear head on the embedding also regresses each frame's
@@ -170,7 +171,7 @@ def train_triplet_network(images: np.ndarray, close: np.ndarray, counts: np.ndar
                         for part in np.array_split(held_triplets, -(-len(held_triplets) // 256))]))
                 if held_loss < 0.99 * best[0]:
                     best = (held_loss, copy.deepcopy(model.state_dict()), seen)
-                stale = (seen - best[2]) >= max(patience * len(train), triplets // 4)
+                stale = (seen - best[2]) >= max(patience * len(train), min_window)
     if best[1] is not None:
         model.load_state_dict(best[1])
     model.eval()
