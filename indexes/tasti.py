@@ -254,6 +254,7 @@ class TastiIndex:
                 stats["embedding"] = (stats["mining_embedding"] + " (training labels all alike: "
                                       "no triplets)")
             else:
+                del emb  # the mining embedding: not needed beside the triplet one
                 emb = embed_source(source, network_embedder(model), cfg["dim"], size=size,
                                    desc="triplet embedding", progress=progress)
                 stats["embedding"] = "triplet CNN"
