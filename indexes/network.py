@@ -51,15 +51,17 @@ def torch_device() -> str:
 
 
 @contextmanager
-def cpu_threads(n: int):
-    """Run the block with `n` torch intra-op threads and `n` BLAS/OpenMP threads (numpy's
-    SVD, FAISS), then restore the caller's settings."""
+def cpu_threads(n: int, blas: int = 1):
+    """Run the block with `n` torch intra-op threads and `blas` BLAS/OpenMP threads (numpy's
+    SVD, FAISS), then restore the caller's settings. One BLAS thread by default: the PCA's
+    SVD ran several times faster single-threaded on a shared 2-core machine, and its
+    results then do not depend on the thread count."""
     from threadpoolctl import threadpool_limits
 
     previous = torch.get_num_threads()
     torch.set_num_threads(max(1, int(n)))
     try:
-        with threadpool_limits(limits=max(1, int(n))):
+        with threadpool_limits(limits=max(1, int(blas))):
             yield
     finally:
         torch.set_num_threads(previous)
