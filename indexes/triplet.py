@@ -99,17 +99,18 @@ def train_triplet_network(images: np.ndarray, close: np.ndarray, counts: np.ndar
                           times: np.ndarray, *, dim: int = 128, triplets: int = 12_000,
                           batch_size: int = 32, lr: float = 1e-3, margin: float = 1.0,
                           count_weight: float = 30.0, jitter: bool = True, seed: int = 0,
-                          holdout: float = 0.15, patience: int = 3, min_window: int = 2000,
-                          progress: bool = True
+                          holdout: float = 0.15, min_held_out: int = 60, patience: int = 3,
+                          min_window: int = 2000, progress: bool = True
                           ) -> tuple[CompactCNN, dict]:
     """Train a CompactCNN on `images` (uint8 T×H×W×3) with triplet loss for at most
     `triplets` triplets; returns the network and training figures.
 
-    Early stopping: a `holdout` share of the frames is never trained on; their triplets
-    (anchor held out, positive and negative from any frame) are scored after every pass
-    over the training frames; training stops when the best held-out loss has not improved
-    by 1% for `patience` passes (and `min_window` triplets), and the network with the
-    best held-out loss is returned.
+    Early stopping, when the `holdout` share is at least `min_held_out` frames (with fewer,
+    training is short and every frame counts): that share is never trained on, and its
+    triplets (anchor held out, positive and negative from any frame) are scored after
+    every pass over the training frames; training stops when the best held-out loss has
+    not improved by 1% for `patience` passes (and `min_window` triplets), and the network
+    with the best held-out loss is returned.
 
     With `count_weight` > 0, a linear head on the embedding also regresses each frame's
     standardised log class counts (a training-only auxiliary loss), which orders the
@@ -129,7 +130,7 @@ def train_triplet_network(images: np.ndarray, close: np.ndarray, counts: np.ndar
     optimiser = torch.optim.Adam([*model.parameters(), *head.parameters()], lr=lr)
     triplet_loss = torch.nn.TripletMarginLoss(margin=margin)
     x = to_tensor(images, device)
-    train, held = _split(close, rng, holdout)
+    train, held = _split(close, rng, holdout, min_held_out)
     held_triplets = _held_out_triplets(close, counts, times, held, rng)
 
     def loss_of(batch: torch.Tensor, augment: bool) -> torch.Tensor:
@@ -182,13 +183,13 @@ def train_triplet_network(images: np.ndarray, close: np.ndarray, counts: np.ndar
                    "held_out_frames": len(held)}
 
 
-def _split(close: np.ndarray, rng: np.random.Generator, holdout: float
+def _split(close: np.ndarray, rng: np.random.Generator, holdout: float, min_held_out: int
            ) -> tuple[np.ndarray, np.ndarray]:
-    """(training, held-out) frame rows: a random `holdout` share held out when that leaves
-    at least 8 held-out and 16 training frames, else none."""
+    """(training, held-out) frame rows: a random `holdout` share held out when that is at
+    least `min_held_out` frames and leaves 16 to train on, else none."""
     t = len(close)
     n_held = int(round(holdout * t))
-    if n_held < 8 or t - n_held < 16:
+    if n_held < max(1, min_held_out) or t - n_held < 16:
         return np.arange(t), np.empty(0, dtype=np.int64)
     held = np.sort(rng.choice(t, size=n_held, replace=False))
     return np.setdiff1d(np.arange(t), held), held
