@@ -99,14 +99,16 @@ def train_triplet_network(images: np.ndarray, close: np.ndarray, counts: np.ndar
                           times: np.ndarray, *, dim: int = 128, triplets: int = 12_000,
                           batch_size: int = 32, lr: float = 1e-3, margin: float = 1.0,
                           count_weight: float = 30.0, jitter: bool = True, seed: int = 0,
-                          holdout: float = 0.15, min_held_out: int = 60, patience: int = 3,
+                          holdout: float = 0.15, min_held_out: int = 8, patience: int = 3,
                           min_window: int = 2000, progress: bool = True
                           ) -> tuple[CompactCNN, dict]:
     """Train a CompactCNN on `images` (uint8 T×H×W×3) with triplet loss for at most
     `triplets` triplets; returns the network and training figures.
 
-    Early stopping, when the `holdout` share is at least `min_held_out` frames (with fewer,
-    training is short and every frame counts): that share is never trained on, and its
+    Early stopping, when the `holdout` share is at least `min_held_out` frames: that share
+    is never trained on (on 10k traffic frames with 150 training frames, holding out 22
+    and keeping the best network gave car-count rho 0.88 where training on all 150 gave
+    0.80 in one run and 0.89 in another: the selection steadies the result), and its
     triplets (anchor held out, positive and negative from any frame) are scored after
     every pass over the training frames; training stops when the best held-out loss has
     not improved by 1% for `patience` passes (and `min_window` triplets), and the network

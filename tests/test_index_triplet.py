@@ -125,7 +125,7 @@ def test_held_out_frames_stop_training_before_the_cap():
     counts, close = label_closeness(toy.labels, frames)
     with cpu_threads(1):
         _, fit = train_triplet_network(toy.read(frames), close, counts, frames, dim=8, lr=0.05,
-                                       triplets=100_000, min_held_out=8, min_window=300, seed=0,
+                                       triplets=100_000, min_window=300, seed=0,
                                        progress=False)
     assert fit["held_out_frames"] == 15 and fit["triplets"] < 100_000
     assert fit["best_at_triplets"] < fit["triplets"] and np.isfinite(fit["held_out_loss"])
