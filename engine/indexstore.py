@@ -83,8 +83,6 @@ class IndexStore:
         if unknown:
             raise ParameterError(f"unknown index option(s) {', '.join(unknown)}; "
                                  f"allowed: {', '.join(INDEX_OPTIONS)}")
-        if "embedder" in options and not isinstance(options["embedder"], str):
-            raise ParameterError(f"embedder must be a name, got {options['embedder']!r}")
         checked = check_options(int(video_row["frame_count"]),
                                 **{k: v for k, v in options.items() if k != "size"})
         checked = {k: checked[k] for k in options if k != "size"}

@@ -48,8 +48,8 @@ def default_sizes(n_frames: int) -> dict:
     [50, 2000] (never more than a fifth of a short video), `train` = half of them, and at
     most 40 `triplets` per training frame within [2000, 12000] (early stopping may
     end training sooner; 40 per frame rank as well as 80 on 10k frames of traffic)."""
-    reps = min(REPS_CAP, max(min(REPS_FLOOR, n_frames // 5), round(REPS_FRACTION * n_frames)), n_frames)
-    reps = max(1, reps)
+    floor = min(REPS_FLOOR, n_frames // 5)
+    reps = max(1, min(REPS_CAP, max(floor, round(REPS_FRACTION * n_frames))))
     train = reps // 2
     triplets = min(TRIPLETS_CAP, max(TRIPLETS_FLOOR, TRIPLETS_PER_FRAME * (train + reps // 4)))
     return {"train": train, "reps": reps, "triplets": triplets}
@@ -75,8 +75,9 @@ def check_options(n_frames: int, **options) -> dict:
 
 def check_int(name: str, value, low: int, high: int) -> int:
     """`value` as an int in [low, high], else a ParameterError naming both."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer, float, np.floating)) \
-            or (isinstance(value, (float, np.floating)) and not float(value).is_integer()):
+    number = isinstance(value, (int, np.integer, float, np.floating))
+    whole = number and not isinstance(value, (bool, np.bool_)) and float(value).is_integer()
+    if not whole:
         raise ParameterError(f"{name} must be a whole number in [{low}, {high}], got {value!r}")
     if not low <= value <= high:
         raise ParameterError(f"{name} must lie in [{low}, {high}], got {int(value)}")
