@@ -132,7 +132,7 @@ def train_triplet_network(images: np.ndarray, close: np.ndarray, counts: np.ndar
     optimiser = torch.optim.Adam([*model.parameters(), *head.parameters()], lr=lr)
     triplet_loss = torch.nn.TripletMarginLoss(margin=margin)
     x = to_tensor(images, device)
-    train, held = _split(close, rng, holdout, min_held_out)
+    train, held = _split(counts, rng, holdout, min_held_out)
     held_triplets = _held_out_triplets(close, counts, times, held, rng)
 
     def loss_of(batch: torch.Tensor, augment: bool) -> torch.Tensor:
@@ -185,15 +185,18 @@ def train_triplet_network(images: np.ndarray, close: np.ndarray, counts: np.ndar
                    "held_out_frames": len(held)}
 
 
-def _split(close: np.ndarray, rng: np.random.Generator, holdout: float, min_held_out: int
-           ) -> tuple[np.ndarray, np.ndarray]:
+def _split(counts: np.ndarray, rng: np.random.Generator, holdout: float, min_held_out: int,
+           rare: float = 0.1) -> tuple[np.ndarray, np.ndarray]:
     """(training, held-out) frame rows: a random `holdout` share held out when that is at
-    least `min_held_out` frames and leaves 16 to train on, else none."""
-    t = len(close)
+    least `min_held_out` frames and leaves 16 to train on, else none. Frames showing a
+    class seen in fewer than a `rare` share of the frames always train (few examples)."""
+    t = len(counts)
     n_held = int(round(holdout * t))
-    if n_held < max(1, min_held_out) or t - n_held < 16:
+    rare_class = (counts > 0).mean(axis=0) < rare
+    eligible = np.flatnonzero(~(counts[:, rare_class] > 0).any(axis=1))
+    if n_held < max(1, min_held_out) or t - n_held < 16 or len(eligible) < n_held:
         return np.arange(t), np.empty(0, dtype=np.int64)
-    held = np.sort(rng.choice(t, size=n_held, replace=False))
+    held = np.sort(rng.choice(eligible, size=n_held, replace=False))
     return np.setdiff1d(np.arange(t), held), held
 
 
