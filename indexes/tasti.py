@@ -38,7 +38,7 @@ class IndexMismatchError(VidqlError):
 
 
 REPS_FRACTION, REPS_FLOOR, REPS_CAP = 0.02, 50, 2000  # default labels: 2% in [50, 2000]
-TRIPLETS_PER_FRAME, TRIPLETS_FLOOR, TRIPLETS_CAP = 40, 2000, 12_000
+TRIPLETS_PER_FRAME, TRIPLETS_FLOOR, TRIPLETS_CAP = 80, 2000, 12_000
 LIMITS = {"k": (1, 64), "seed": (0, 2**31 - 1), "dim": (2, 1024),
           "triplets": (1, 1_000_000)}  # train and reps: [0 or 1, n_frames]
 
@@ -46,8 +46,9 @@ LIMITS = {"k": (1, 64), "seed": (0, 2**31 - 1), "dim": (2, 1024),
 def default_sizes(n_frames: int) -> dict:
     """Defaults fitted to the video: `reps` labelled frames = 2% of the frames within
     [50, 2000] (never more than a fifth of a short video), `train` = half of them, and at
-    most 40 `triplets` per training frame within [2000, 12000] (early stopping may
-    end training sooner; 40 per frame rank as well as 80 on 10k frames of traffic)."""
+    most 80 `triplets` per training frame within [2000, 12000] (early stopping may end
+    training sooner; on 10k traffic frames 40 per frame gave car-count rho 0.84-0.86,
+    80 gave 0.876)."""
     floor = min(REPS_FLOOR, n_frames // 5)
     reps = max(1, min(REPS_CAP, max(floor, round(REPS_FRACTION * n_frames))))
     train = reps // 2
