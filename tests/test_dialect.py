@@ -233,7 +233,7 @@ def test_script_splits_on_tokens_not_text():
     ("SELECT AVG(objects('car')) FROM night ERROR WITHIN 0.1 CONFIDENCE 95", "95", "95%"),
     ("SELECT AVG(objects('car')) FROM night ERROR WITHIN 0.1 CONFIDENCE 1", "1", "outside"),
     ("SELECT frame FROM night WHERE contains('bus') RECALL TARGET 150% ORACLE BUDGET 9", "150",
-     "(0%, 100%)"),
+     "(0%, 100%]"),
     ("SELECT AVG(objects('car')) FROM night ERROR WITHIN 100%", "100", "(0%, 100%)"),
     ("SELECT AVG(objects('car')) FROM night ERROR WITHIN -1", "-1", "positive"),
     ("SELECT AVG(objects('car')) FROM night ORACLE BUDGET 2.5", "2.5", "whole number"),
