@@ -39,6 +39,8 @@ def scenario(name: str, description: str):
     """Register a scenario function `fn(ctx) -> ScenarioResult` under `name`."""
 
     def register(fn):
+        if name in SCENARIOS and SCENARIOS[name][1].__module__ != fn.__module__:
+            raise ValueError(f"two bench scenarios are named {name!r}")
         SCENARIOS[name] = (description, fn)
         return fn
 

@@ -37,7 +37,7 @@ def decode_only(ctx: BenchContext) -> ScenarioResult:
     return ScenarioResult(figures={"rows": rows}, table=rows)
 
 
-@scenario("oracle", "oracle throughput: YOLOX-Nano (onnxruntime) and a LABELS oracle, frames/s")
+@scenario("oracle-throughput", "oracle throughput: YOLOX-Nano (onnxruntime) and a LABELS oracle, frames/s")
 def oracle_throughput(ctx: BenchContext) -> ScenarioResult:
     from vidql.datasets import ensure_traffic
     from vidql.engine.oracles import make_oracle

@@ -9,8 +9,12 @@ import pandas as pd
 
 from .errors import OracleError
 from .oracle import COCO_CLASSES, Oracle, detections_frame, file_digest
+from .oracles import BATCH_SIZE
+from .ranges import Bounds
 
 YOLO_INPUT_PAD = 114
+SCORE = Bounds(0.0, 1.0)    # minimum detection confidence kept
+NMS_IOU = Bounds(0.0, 1.0)  # IoU above which class-wise NMS drops the weaker box
 
 
 def _class_wise_nms(boxes: np.ndarray, scores: np.ndarray, classes: np.ndarray,
@@ -49,6 +53,9 @@ class OnnxDetector(Oracle):
                  layout: str = "auto", classes: list[str] | None = None, batch_size: int = 8):
         import onnxruntime as ort
 
+        SCORE.check("ONNX option score", score)  # as given: the value is part of the identity
+        NMS_IOU.check("ONNX option nms (an IoU threshold)", nms)
+        batch_size = BATCH_SIZE.check("option batch_size", batch_size)
         path = Path(path)
         if not path.is_file():
             raise OracleError(f"ONNX model '{path}' not found")
@@ -60,6 +67,9 @@ class OnnxDetector(Oracle):
             self.session = ort.InferenceSession(str(path), providers=providers)
         except Exception as exc:
             raise OracleError(f"cannot load ONNX model '{path}': {exc}") from None
+        self.path, self.providers = path, providers
+        # on the CPU, intra-op threads are chosen by measurement on the first batch
+        self.threads_chosen = "CUDAExecutionProvider" in self.session.get_providers()
         inp = self.session.get_inputs()[0]
         if len(inp.shape) != 4 or not all(isinstance(d, int) for d in inp.shape[2:]):
             raise OracleError(f"ONNX model '{path}' must take N×3×H×W images with fixed H, W; "
@@ -112,7 +122,34 @@ class OnnxDetector(Oracle):
         raise OracleError(f"oracle {self.name!r}: cannot tell the ONNX output layout from shape "
                           f"{out_shape}; set layout = 'yolox' or 'yolov8'")
 
+    def _choose_threads(self, blobs: np.ndarray) -> None:
+        """Keep the session (onnxruntime's default threads, 1, or one per core) that runs
+        a frame of `blobs` fastest in wall time here: extra threads often cost CPU without
+        a gain, and on a busy machine they lose time."""
+        import os
+        import time
+
+        import onnxruntime as ort
+
+        sessions = {0: self.session}
+        for threads in sorted({1, os.cpu_count() or 1}):
+            options = ort.SessionOptions()
+            options.intra_op_num_threads = threads
+            sessions[threads] = ort.InferenceSession(str(self.path), options,
+                                                     providers=self.providers)
+        timings = {}
+        for threads, session in sessions.items():
+            session.run(None, {self.input_name: blobs[:1]})  # warm-up
+            t0 = time.perf_counter()
+            session.run(None, {self.input_name: blobs[:1]})
+            timings[threads] = time.perf_counter() - t0
+        self.threads = min(timings, key=timings.get)
+        self.session = sessions[self.threads]
+        self.threads_chosen = True
+
     def _run(self, blobs: np.ndarray) -> np.ndarray:
+        if not self.threads_chosen:
+            self._choose_threads(blobs)
         if self.fixed_batch == 1:
             return np.concatenate([self.session.run(None, {self.input_name: b[None]})[0]
                                    for b in blobs])
@@ -157,6 +194,8 @@ class TorchvisionDetector(Oracle):
         import torchvision
         from torchvision.models import detection
 
+        SCORE.check("TORCHVISION option score", score)
+        batch_size = BATCH_SIZE.check("option batch_size", batch_size)
         builder = getattr(detection, model, None)
         if builder is None or not callable(builder):
             raise OracleError(f"unknown torchvision detection model {model!r}")

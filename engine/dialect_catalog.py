@@ -4,7 +4,8 @@ DuckDB meaning: `LOAD httpfs`, `SET threads = 2`, `CREATE INDEX i ON t (col)`.""
 from __future__ import annotations
 
 from .dialect_lex import Cursor, Token
-from .dialect_statements import (ORACLE_KINDS, AlterVideoPath, CreateIndex, CreateOracle,
+from .oracles import ORACLE_KINDS
+from .dialect_statements import (AlterVideoPath, CreateIndex, CreateOracle,
                                  DropIndex, DropOracle, DropVideo, INDEX_METHODS, LoadVideo,
                                  SetOracle, ShowIndexes, ShowOracles, ShowVideos)
 

@@ -4,11 +4,11 @@ tokens: where they start, their values and range checks, and the LIMIT/OFFSET mi
 with them (kept as SQL)."""
 from __future__ import annotations
 
-import math
-
 from .dialect_lex import Cursor, Token, paren
 from .dialect_statements import Clauses
 from .errors import QueryError
+from .ranges import (ABSOLUTE_ERROR, BUDGET, CONFIDENCE, GAP, PRECISION_TARGET, RECALL_TARGET,
+                     RELATIVE_ERROR, SEED, Bounds)
 
 TWO_WORD = {("ERROR", "WITHIN"): "error", ("ORACLE", "BUDGET"): "budget",
             ("RECALL", "TARGET"): "recall", ("PRECISION", "TARGET"): "precision",
@@ -101,6 +101,14 @@ def read_tail(text, tokens, i0, tail):
     return _clauses(values), positions, limit_spans
 
 
+def budget_problem(kind: str, budget: int | None) -> str | None:
+    """Why ORACLE BUDGET `budget` is too small for a query of `kind`, or None."""
+    bounds = BUDGET.get(kind)
+    if budget is None or bounds is None or budget in bounds:
+        return None
+    return f"ORACLE BUDGET {budget} is too small for this query: it needs {bounds}"
+
+
 def _depth_zero(tokens: list[Token]):
     depth = 0
     for tok in tokens:
@@ -135,22 +143,23 @@ def _clauses(values: dict) -> Clauses:
 
 
 def _read_error(c: Cursor) -> tuple[float, bool]:
-    hint = ("write ERROR WITHIN 0.1 (absolute, on the per-frame mean) "
-            "or ERROR WITHIN 5% (relative)")
+    hint = (f"write ERROR WITHIN 0.1 (absolute, on the per-frame mean: {ABSOLUTE_ERROR}) "
+            f"or ERROR WITHIN 5% (relative: a percentage in {RELATIVE_ERROR.percent()})")
     value, num, percent = c.number("ERROR WITHIN", hint)
     if percent:
-        if not 0.0 < value < 100.0:
-            raise c.error(f"ERROR WITHIN {num.text}% is outside (0%, 100%)", hint, num.start)
+        if value / 100.0 not in RELATIVE_ERROR:
+            raise c.error(f"ERROR WITHIN {num.text}% is outside {RELATIVE_ERROR.percent()}",
+                          hint, num.start)
         return value / 100.0, True
-    if not value > 0.0 or not math.isfinite(value):
-        raise c.error(f"ERROR WITHIN {num.text} must be a positive number", hint, num.start)
+    if value not in ABSOLUTE_ERROR:
+        raise c.error(f"ERROR WITHIN {num.text} must be positive: {ABSOLUTE_ERROR}", hint,
+                      num.start)
     return value, False
 
 
-def _fraction_reader(name: str, upper_inclusive: bool):
+def _fraction_reader(name: str, bounds: Bounds):
     def read(c: Cursor) -> float:
-        ok_range = "(0%, 100%]" if upper_inclusive else "(0%, 100%)"
-        hint = f"{name} is a percentage in {ok_range}: write e.g. 95% or 0.95"
+        hint = f"{name} is a percentage in {bounds.percent()}: write e.g. 95% or 0.95"
         value, num, percent = c.number(name, hint)
         if not percent and value > 1.0:
             raise c.error(f"{name} {num.text} is not a fraction", hint=(
@@ -158,23 +167,24 @@ def _fraction_reader(name: str, upper_inclusive: bool):
                 position=num.start)
         fraction = value / 100.0 if percent else value
         shown = num.text + ("%" if percent else "")
-        if not (0.0 < fraction < 1.0 or (upper_inclusive and fraction == 1.0)):
-            raise c.error(f"{name} {shown} is outside {ok_range}", hint, num.start)
+        if fraction not in bounds:
+            raise c.error(f"{name} {shown} is outside {bounds.percent()}", hint, num.start)
         return fraction
     return read
 
 
-def _count_reader(name: str, minimum: int, what: str):
+def _count_reader(name: str, bounds: Bounds, what: str):
     def read(c: Cursor) -> int:
-        hint = f"{name} takes {what}"
+        hint = f"{name} takes {what} ({bounds})"
         value, num, percent = c.number(name, hint)
         if percent:
             raise c.error(f"{name} takes a whole number, not a percentage", hint, num.start)
         if not num.text.lstrip("+- ").replace("_", "").isdigit():
             raise c.error(f"{name} {num.text} is not a whole number", hint, num.start)
-        if value < minimum:
-            raise c.error(f"{name} {num.text} is below {minimum}", hint, num.start)
-        return int(value)
+        if value not in bounds:
+            raise c.error(f"{name} {num.text} is below {bounds.low:g}: {name} takes {bounds}",
+                          hint, num.start)
+        return int(num.text.replace("_", "").replace(" ", ""))
     return read
 
 
@@ -182,7 +192,8 @@ def _read_budget(c: Cursor) -> tuple[int, bool]:
     """ORACLE BUDGET n, or ORACLE BUDGET UP TO n (a cap the adaptive mode may stop short of)."""
     up_to = c.accept("UP", "TO")
     name = "ORACLE BUDGET UP TO" if up_to else "ORACLE BUDGET"
-    return _count_reader(name, 1, "a positive whole number of oracle calls")(c), up_to
+    lowest = Bounds(min(b.low for b in BUDGET.values()), whole=True)
+    return _count_reader(name, lowest, "a number of oracle calls")(c), up_to
 
 
 def _name_reader(name: str):
@@ -193,12 +204,13 @@ def _name_reader(name: str):
 
 _READERS = {
     "error": _read_error,
-    "confidence": _fraction_reader("CONFIDENCE", upper_inclusive=False),
-    "recall": _fraction_reader("RECALL TARGET", upper_inclusive=True),
-    "precision": _fraction_reader("PRECISION TARGET", upper_inclusive=True),
+    "confidence": _fraction_reader("CONFIDENCE", CONFIDENCE),
+    "recall": _fraction_reader("RECALL TARGET", RECALL_TARGET),
+    "precision": _fraction_reader("PRECISION TARGET", PRECISION_TARGET),
+    # each operator's own minimum is checked once the query's kind is known (budget_problem)
     "budget": _read_budget,
-    "gap": _count_reader("GAP", 0, "a whole number of frames >= 0"),
-    "seed": _count_reader("SEED", 0, "a whole number >= 0"),
+    "gap": _count_reader("GAP", GAP, "a number of frames"),
+    "seed": _count_reader("SEED", SEED, "a seed"),
     "rare": lambda c: True,
     "approximate": lambda c: True,
     "oracle": _name_reader("USING ORACLE"),

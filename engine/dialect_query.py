@@ -11,7 +11,8 @@ import json
 import math
 from bisect import bisect_left
 
-from .dialect_clauses import CLAUSE_HINT, NAMES, ONE_WORD, SECOND_WORDS, read_tail, tail_start
+from .dialect_clauses import (CLAUSE_HINT, NAMES, ONE_WORD, SECOND_WORDS, budget_problem,
+                              read_tail, tail_start)
 from .dialect_lex import Token, byte_to_char, connection, paren
 from .dialect_statements import Aggregate, Clauses, OutputColumn, Query
 from .errors import QueryError
@@ -246,6 +247,9 @@ class _Analysis:
             fields.update(self._exact_where())
         else:
             fields.update(self._approximate(kind))
+        problem = budget_problem(kind, clauses.budget)
+        if problem:
+            self.fail(problem, positions["budget"], "raise ORACLE BUDGET")
         return Query(**fields)
 
     def _kind(self) -> str:

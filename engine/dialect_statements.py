@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 
 from .framestat import FrameExpr
 
-from .oracles import ORACLE_KINDS  # noqa: E402  (one list of oracle kinds)
 INDEX_METHODS = ("TASTI",)
 QUERY_KINDS = ("exact", "aggregate", "aggregate_budget", "limit", "select_recall",
                "select_precision", "rare")

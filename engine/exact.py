@@ -11,7 +11,7 @@ import numpy as np
 
 from .catalog import Catalog, _quote
 from .errors import QueryError
-from .framestat import frame_table_sql, parse_frame_expr
+from .framestat import FrameExpr, frame_table_sql, parse_frame_expr
 from .labelcache import LabelStats
 
 
@@ -29,11 +29,7 @@ def run_exact(catalog: Catalog, sql: str, videos: list[str],
     """Run `sql` exactly. `videos` are the video tables it reads (`night` or `night.objects`);
     `frame_ranges` optionally limits the frames labelled per video. Returns the result
     (materialised, so it stays valid) and what labelling cost."""
-    expr = parse_frame_expr(sql)
-    if expr.functions and len(videos) != 1:
-        raise QueryError("frame functions such as objects('car') need exactly one video table "
-                         f"in the query; it reads {', '.join(videos) or 'none'}", sql, 0,
-                         hint=f"videos: {', '.join(catalog.video_names()) or 'none loaded'}")
+    expr = bind_query(catalog, sql, videos, oracle)
     stats = LabelStats()
     shadows, variables = [], []
     try:
@@ -63,6 +59,32 @@ def run_exact(catalog: Catalog, sql: str, videos: list[str],
             catalog.con.execute(f"DROP TABLE IF EXISTS temp.{_quote(name)}")
         for name in variables:
             catalog.con.execute(f"RESET VARIABLE {_quote(name)}")
+
+
+def bind_query(catalog: Catalog, sql: str, videos: list[str],
+               oracle: str | None = None) -> FrameExpr:
+    """Bind `sql` (frame functions and all) against its video tables before any oracle
+    call, so that an unknown column or function costs no labelling: DuckDB binds the
+    query over the frame-function columns of the labels cached so far, without running it.
+    Returns the query's frame expression."""
+    expr = parse_frame_expr(sql)
+    if expr.functions and len(videos) != 1:
+        raise QueryError("frame functions such as objects('car') need exactly one video table "
+                         f"in the query; it reads {', '.join(videos) or 'none'}", sql, 0,
+                         hint=f"videos: {', '.join(catalog.video_names()) or 'none loaded'}")
+    shadows = []
+    try:
+        if expr.functions:
+            for video in videos:
+                identity = catalog.label_cache(video, oracle).oracle.identity
+                shadows.append(_shadow_video(catalog, video, identity, expr.functions))
+        catalog.con.sql(expr.sql)
+    except duckdb.Error as exc:
+        raise QueryError(f"DuckDB cannot run the query: {exc}", sql) from None
+    finally:
+        for name in shadows:
+            catalog.con.execute(f"DROP TABLE IF EXISTS temp.{_quote(name)}")
+    return expr
 
 
 def _shadow_video(catalog: Catalog, video: str, identity: str, functions) -> str:

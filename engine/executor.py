@@ -73,6 +73,11 @@ def execute(db, stmt):
         if options:
             raise ParameterError(f"unknown LOAD VIDEO option(s) {', '.join(sorted(options))}; "
                                  f"allowed: rendition")
+        if rendition is not None:
+            from vidql.preprocess.rendition import SHORT_SIDE
+
+            rendition = SHORT_SIDE.check("LOAD VIDEO option rendition (short side in pixels)",
+                                         rendition)
         db.load_video(stmt.path, stmt.name, rendition=rendition)
         return _frame(db, db.videos().query("name == @stmt.name"))
     if isinstance(stmt, ShowVideos):
@@ -103,8 +108,10 @@ def execute(db, stmt):
         return _frame(db, db.oracles())
     if isinstance(stmt, CreateIndex):
         index = db.create_index(stmt.name, stmt.video, **stmt.options)
-        return _message(db, f"created index {stmt.name}: {index!r}, "
-                            f"{index.stats.get('oracle_calls', '?')} oracle calls")
+        used, new = index.stats["oracle_calls"], index.stats["newly_labelled"]
+        return _message(db, f"created index {stmt.name}: {index!r}, {new} frames newly "
+                            f"labelled by the oracle ({used - new} of its {used} labels were "
+                            "cached)")
     if isinstance(stmt, ShowIndexes):
         return _frame(db, db.indexes.table())
     if isinstance(stmt, DropIndex):

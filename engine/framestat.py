@@ -206,3 +206,101 @@ def is_predicate(expr: FrameExpr | str) -> bool:
     except duckdb.Error:
         return False
     return kind[0][1] == "BOOLEAN"
+
+
+def count_key(fn: FrameFunction) -> tuple[str | None, float]:
+    """What a call counts: detections of `label` (None: any) scoring at least `min_score`;
+    `objects` and `contains` of the same arguments share it."""
+    return fn.label, fn.min_score
+
+
+def count_sql(key: tuple[str | None, float]) -> str:
+    """DuckDB aggregate over a frame's detection rows counting the detections of `key`."""
+    return FrameFunction("objects", *key).aggregate_sql()
+
+
+def count_detections(key: tuple[str | None, float], labels: np.ndarray, scores: np.ndarray,
+                     rows: np.ndarray, n: int) -> np.ndarray:
+    """Per-frame counts of `key` from detection arrays; `rows` gives each detection's frame
+    position in 0..n-1. Matches `count_sql` (labels are never NULL in the cache)."""
+    label, min_score = key
+    keep = np.ones(len(rows), dtype=bool) if label is None else labels == label
+    if min_score:
+        keep &= scores >= min_score
+    return np.bincount(rows[keep], minlength=n)
+
+
+class FrameStatistics:
+    """Evaluates frame statistics from per-frame counts (one column per `keys` entry), the
+    same values `evaluate` gives. Each distinct row of counts is evaluated once, all
+    statistics in one statement, and remembered: a callback costs array operations only."""
+
+    def __init__(self, exprs):
+        self.exprs = [parse_frame_expr(e) if isinstance(e, str) else e for e in exprs]
+        self.keys = list(dict.fromkeys(count_key(fn) for e in self.exprs for fn in e.functions))
+        self.functions = list(dict.fromkeys(fn for e in self.exprs for fn in e.functions))
+        self.by_frame = any(_mentions_frame(e) for e in self.exprs)  # e.g. frame % 2 = 0
+        self._memo: dict[tuple, np.ndarray] = {}
+
+    def __call__(self, frames: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, ...]:
+        """Values (float64, one array per statistic) of `frames` whose counts of `keys` are
+        the columns of `counts` (len(frames) × len(keys))."""
+        frames = np.asarray(frames, dtype=np.int64)
+        rows = np.column_stack([counts.reshape(len(frames), len(self.keys)), frames]
+                               if self.by_frame else [counts.reshape(len(frames), len(self.keys))])
+        distinct, inverse = np.unique(rows, axis=0, return_inverse=True)
+        todo = [row for row in map(tuple, distinct.tolist()) if row not in self._memo]
+        if todo:
+            self._memo.update(zip(todo, self._evaluate(np.array(todo, dtype=np.int64))))
+        table = np.array([self._memo[row] for row in map(tuple, distinct.tolist())],
+                         dtype=np.float64).reshape(len(distinct), len(self.exprs))
+        values = table[np.asarray(inverse).ravel()]
+        return tuple(values[:, i].copy() for i in range(len(self.exprs)))
+
+    def _evaluate(self, rows: np.ndarray) -> list[np.ndarray]:
+        """Each statistic on each row of counts (plus frame), in one DuckDB statement."""
+        table = {"__pos": np.arange(len(rows))}
+        for fn in self.functions:
+            count = rows[:, self.keys.index(count_key(fn))]
+            table[_column_name(fn)] = count if fn.kind == "objects" else count >= 1
+        if self.by_frame:
+            table["frame"] = rows[:, -1]
+        con = connection()
+        con.register("__vals", pd.DataFrame(table))
+        try:
+            try:
+                values = _select(con, self.exprs)
+            except duckdb.Error:
+                for expr in self.exprs:  # name the statistic that fails
+                    try:
+                        _select(con, [expr])
+                    except duckdb.Error as exc:
+                        raise QueryError(f"cannot evaluate frame statistic {expr.text!r}: "
+                                         f"{exc}") from None
+                raise
+            return list(np.column_stack(values))
+        finally:
+            con.unregister("__vals")
+
+
+def _select(con, exprs: list[FrameExpr]) -> list[np.ndarray]:
+    cols = ", ".join(f"CAST(({e.sql}) AS DOUBLE) AS v{i}" for i, e in enumerate(exprs))
+    values = con.execute(f"SELECT {cols} FROM __vals ORDER BY __pos").fetchnumpy()
+    return [np.nan_to_num(np.asarray(values[f"v{i}"], dtype=np.float64), nan=0.0)
+            for i in range(len(exprs))]
+
+
+def _column_name(fn: FrameFunction) -> str:
+    """`fn.column` unquoted: the name of its column in a registered table."""
+    return fn.column[1:-1].replace('""', '"')
+
+
+def _mentions_frame(expr: FrameExpr) -> bool:
+    """Whether a statistic reads the frame number as well as frame functions."""
+    text = expr.sql
+    to_char = byte_to_char(text)
+    tokens = duckdb.tokenize(text)
+    bounds = [to_char(pos) for pos, _ in tokens] + [len(text)]
+    return any(kind == duckdb.token_type.identifier
+               and text[bounds[i]:bounds[i + 1]].strip().strip('"').lower() == "frame"
+               for i, (_, kind) in enumerate(tokens))

@@ -17,6 +17,7 @@ from .errors import CatalogError, ParameterError
 
 INDEX_OPTIONS = {"train": int, "reps": int, "k": int, "seed": int, "embedder": str,
                  "size": int, "dim": int, "triplets": int}
+MIN_SHORT_SIDE, MAX_SHORT_SIDE = 8, 256  # `size`: proxy frames' short side, at most the video's
 
 
 class IndexStore:
@@ -47,19 +48,17 @@ class IndexStore:
         check_name("index", name)
         if name.lower() in (n.lower() for n in self.names()):
             raise CatalogError(f"an index named {name!r} already exists; DROP INDEX {name} first")
-        options = dict(options or {})
-        unknown = sorted(set(options) - set(INDEX_OPTIONS))
-        if unknown:
-            raise ParameterError(f"unknown index option(s) {', '.join(unknown)}; "
-                                 f"allowed: {', '.join(INDEX_OPTIONS)}")
-        video = self.catalog.video_row(video)["name"]
+        row = self.catalog.video_row(video)
+        options = self._check_options(options, row)
+        video = row["name"]
         cache = self.catalog.label_cache(video, oracle)
         source = self.catalog.lowres_source(video)
-        short = int(options.pop("size", 0) or 0)
-        size = source.proxy_size(short or None)
+        size = source.proxy_size(options.pop("size", None))
         identity = self._identity(video, cache.oracle.identity)
+        before = cache.stats.snapshot()
         index = TastiIndex.build(source, cache.detections, size=size, progress=progress,
                                  identity=identity, **options)
+        index.stats["newly_labelled"] = cache.stats.since(before).oracle_calls
         directory = self.directory(name)
         shutil.rmtree(directory, ignore_errors=True)
         index.save(directory)
@@ -73,6 +72,26 @@ class IndexStore:
             raise
         self._open[name] = index
         return index
+
+    @staticmethod
+    def _check_options(options: dict | None, video_row: dict) -> dict:
+        """CREATE INDEX options checked against their allowed ranges before any work."""
+        from vidql.indexes.tasti import check_int, check_options
+
+        options = dict(options or {})
+        unknown = sorted(set(options) - set(INDEX_OPTIONS))
+        if unknown:
+            raise ParameterError(f"unknown index option(s) {', '.join(unknown)}; "
+                                 f"allowed: {', '.join(INDEX_OPTIONS)}")
+        checked = check_options(int(video_row["frame_count"]),
+                                **{k: v for k, v in options.items() if k != "size"})
+        checked = {k: checked[k] for k in options if k != "size"}
+        if "size" in options:
+            short = min(int(video_row["width"]), int(video_row["height"]))
+            checked["size"] = check_int("size (the proxy frames' short side in pixels)",
+                                        options["size"], MIN_SHORT_SIDE,
+                                        max(MIN_SHORT_SIDE, min(MAX_SHORT_SIDE, short)))
+        return checked
 
     def _identity(self, video: str, oracle_identity: str) -> dict:
         row = self.catalog.video_row(video)

@@ -11,12 +11,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable
 
+import duckdb
 import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
 from .errors import OracleError, VidqlError
-from .framestat import DETECTION_COLUMNS, FrameExpr, evaluate, parse_frame_expr
+from .framestat import (DETECTION_COLUMNS, FrameExpr, FrameStatistics, count_detections,
+                        count_sql)
 from .oracle import Oracle, check_detections
 
 SCHEMA_SQL = """
@@ -75,6 +77,10 @@ class LabelCache:
                            [video, oracle.identity]).fetchnumpy()["frame"]
         self._labelled = np.zeros(n_frames, dtype=bool)
         self._labelled[np.asarray(done, dtype=np.int64)] = True
+        # per-frame detection counts by (label, min_score), -1 where not known yet: filled
+        # from each batch the oracle returns, and from the catalog for earlier labels
+        self._counts: dict[tuple, np.ndarray] = {}
+        self._cost = [0, 0.0]  # oracle frames and seconds not yet recorded in the catalog
 
     @property
     def labelled_frames(self) -> np.ndarray:
@@ -108,19 +114,35 @@ class LabelCache:
         try:
             if not self.oracle.needs_pixels:
                 for start in range(0, len(todo), batch):
-                    self._label_batch(todo[start:start + batch], None, 0.0)
+                    self._label_batch(todo[start:start + batch], None, 0.0,
+                                      last=start + batch >= len(todo))
                     bar.update(min(batch, len(todo) - start))
                 return
             with self.frame_batches(todo, batch) as batches:
                 t0 = time.perf_counter()
+                done = 0
                 for ids, pixels in batches:  # decoding runs ahead while the oracle works
+                    done += len(ids)
                     self._label_batch(np.asarray(ids, dtype=np.int64), pixels,
-                                      time.perf_counter() - t0)
+                                      time.perf_counter() - t0, last=done >= len(todo))
                     bar.update(len(ids))
                     t0 = time.perf_counter()
         finally:
+            self._cost = [0, 0.0]
             if own:
                 bar.close()
+
+    def label_ahead(self, frames, now: int) -> None:
+        """An operator asks for `frames[:now]` now and for the rest of `frames` next, in
+        that order: when some of the first are not labelled, label them with the next
+        unlabelled ones in whole oracle batches, so an operator asking a frame at a time
+        still labels in batches sized for throughput."""
+        frames = self._check_range(frames)
+        needed = int((~self._labelled[frames[:now]]).sum())
+        if needed:
+            todo = frames[~self._labelled[frames]]
+            batch = max(1, int(self.oracle.batch_size))
+            self.ensure(todo[:-(-needed // batch) * batch])
 
     def _progress(self, desc: str, total: int | None) -> tqdm:
         """A bar on stderr, drawn only on a terminal (and when the cache shows progress)."""
@@ -137,8 +159,11 @@ class LabelCache:
             self._bar.close()
             self._bar = None
 
-    def _label_batch(self, ids: np.ndarray, pixels: np.ndarray | None, wait: float) -> None:
-        """Run the oracle on one batch and commit its labels before anything uses them."""
+    def _label_batch(self, ids: np.ndarray, pixels: np.ndarray | None, wait: float,
+                     last: bool = True) -> None:
+        """Run the oracle on one batch and commit its labels before anything uses them; the
+        oracle's measured cost is recorded with the last batch of a call (one statement
+        fewer per batch; a killed call keeps its labels, not that estimate)."""
         t1 = time.perf_counter()
         try:
             det = check_detections(self.oracle.detect(pixels, ids), ids, self.oracle)
@@ -149,33 +174,52 @@ class LabelCache:
                               f"of video {self.video!r}: {type(exc).__name__}: {exc}; "
                               f"{int(self._labelled.sum())} labelled frames stay cached") from exc
         t2 = time.perf_counter()
-        counts = det.groupby("frame").size().reindex(ids, fill_value=0).to_numpy()
-        done = pd.DataFrame({"frame": ids, "detections": counts.astype(np.int32)})
-        self.con.execute("BEGIN TRANSACTION")
-        try:
-            if len(det):
-                self.con.register("__vidql_det", det)
-                self.con.execute(
-                    "INSERT INTO vidql.labels SELECT ?, ?, frame, label, score, x1, y1, x2, y2 "
-                    "FROM __vidql_det", [self.video, self.oracle.identity])
-            self.con.register("__vidql_done", done)
-            self.con.execute("INSERT OR IGNORE INTO vidql.labelled SELECT ?, ?, frame, detections "
-                             "FROM __vidql_done", [self.video, self.oracle.identity])
-            self.con.execute("INSERT INTO vidql.oracle_costs VALUES (?, ?, ?) ON CONFLICT DO UPDATE "
-                             "SET frames = frames + excluded.frames, seconds = seconds + excluded.seconds",
-                             [self.oracle.identity, len(ids), t2 - t1])
-            self.con.execute("COMMIT")
-        except BaseException:
-            self.con.execute("ROLLBACK")
-            raise
-        finally:
-            self.con.unregister("__vidql_det")
-            self.con.unregister("__vidql_done")
+        rows = pd.Index(ids).get_indexer(det["frame"].to_numpy())
+        self._cost = [self._cost[0] + len(ids), self._cost[1] + t2 - t1]
+        self._commit(ids, det, np.bincount(rows, minlength=len(ids)), self._cost if last else None)
+        if last:
+            self._cost = [0, 0.0]
+        labels, scores = det["label"].to_numpy(object), det["score"].to_numpy(np.float64)
+        for key, counts in self._counts.items():
+            counts[ids] = count_detections(key, labels, scores, rows, len(ids))
         self._labelled[ids] = True
         self.stats.oracle_calls += len(ids)
         self.stats.decode_seconds += wait
         cost = self.oracle.simulated_cost_ms
         self.stats.oracle_seconds += (t2 - t1) if cost is None else cost * len(ids) / 1000
+
+    def _commit(self, ids: np.ndarray, det: pd.DataFrame, counts: np.ndarray,
+                cost: list | None, ignore: bool = False) -> None:
+        """One transaction: the batch's detections, its frames (with their detection counts)
+        and, when given, the oracle's cost [frames, seconds] since it was last recorded.
+        Frames are inserted plainly (`ignore` skips frames already recorded, slower: only
+        when another connection recorded one meanwhile)."""
+        key = [self.video, self.oracle.identity]
+        self.con.execute("BEGIN TRANSACTION")
+        try:
+            if len(det):
+                self.con.register("__vidql_det", det)
+                self.con.execute("INSERT INTO vidql.labels SELECT ?, ?, frame, label, score, "
+                                 "x1, y1, x2, y2 FROM __vidql_det", key)
+            self.con.execute(f"INSERT {'OR IGNORE ' if ignore else ''}INTO vidql.labelled "
+                             "SELECT ?, ?, unnest(?), unnest(?)",
+                             key + [ids.tolist(), counts.tolist()])
+            if cost is not None:
+                self.con.execute("INSERT INTO vidql.oracle_costs VALUES (?, ?, ?) ON CONFLICT DO "
+                                 "UPDATE SET frames = frames + excluded.frames, "
+                                 "seconds = seconds + excluded.seconds",
+                                 [self.oracle.identity] + cost)
+            self.con.execute("COMMIT")
+        except duckdb.ConstraintException:
+            self.con.execute("ROLLBACK")
+            if ignore:
+                raise
+            self._commit(ids, det, counts, cost, ignore=True)
+        except BaseException:
+            self.con.execute("ROLLBACK")
+            raise
+        finally:
+            self.con.unregister("__vidql_det")
 
     def detections(self, frames=None) -> pd.DataFrame:
         """Cached detections (DETECTION_COLUMNS) of `frames` (all labelled frames if None),
@@ -195,14 +239,43 @@ class LabelCache:
         finally:
             self.con.unregister("__vidql_want")
 
+    def counts(self, frames: np.ndarray, keys: list[tuple]) -> np.ndarray:
+        """Detection counts (len(frames) × len(keys)) of labelled `frames` by each
+        (label, min_score) key, read from the catalog once per frame and key."""
+        for key in keys:
+            self._counts.setdefault(key, np.full(self.n_frames, -1, dtype=np.int32))
+        unknown = np.unique(frames[np.any([self._counts[k][frames] < 0 for k in keys], axis=0)]
+                            if keys and len(frames) else frames[:0])
+        if len(unknown):
+            self._load_counts(unknown, keys)
+        return np.column_stack([self._counts[k][frames] for k in keys]) if keys else \
+            np.zeros((len(frames), 0), dtype=np.int32)
+
+    def _load_counts(self, frames: np.ndarray, keys: list[tuple]) -> None:
+        """Counts of frames labelled before this cache saw them, computed where the labels
+        live, in one statement."""
+        cols = ", ".join(f"{count_sql(k)} AS c{i}" for i, k in enumerate(keys))
+        got = self.con.execute(
+            f"SELECT frame, {cols} FROM vidql.labels WHERE video = ? AND oracle = ? "
+            "AND frame IN (SELECT unnest(?)) GROUP BY frame",
+            [self.video, self.oracle.identity, frames.tolist()]).fetchnumpy()
+        hit = np.asarray(got["frame"], dtype=np.int64)
+        for i, k in enumerate(keys):
+            self._counts[k][frames] = 0  # labelled frames without rows have no detections
+            self._counts[k][hit] = np.asarray(got[f"c{i}"], dtype=np.int32)
+
     def true_values(self, *exprs: FrameExpr | str) -> Callable[[np.ndarray], tuple]:
         """A callback for operators: frame numbers -> a tuple with the true values of each
-        frame statistic, all from one cache lookup."""
-        parsed = [parse_frame_expr(e) if isinstance(e, str) else e for e in exprs]
+        frame statistic. Values come from the counts of the batches the oracle just returned
+        (or, for frames labelled earlier, from one catalog statement), not from a lookup of
+        detections per call."""
+        stats = FrameStatistics(exprs)
+        for key in stats.keys:  # counted from each batch the oracle labels from now on
+            self._counts.setdefault(key, np.full(self.n_frames, -1, dtype=np.int32))
 
         def values(frames: np.ndarray) -> tuple:
-            frames = np.asarray(frames, dtype=np.int64)
-            detections = self.detections(frames)
-            return tuple(evaluate(e, detections, frames) for e in parsed)
+            frames = self._check_range(frames)
+            self.ensure(frames)
+            return stats(frames, self.counts(frames, stats.keys))
 
         return values

@@ -11,8 +11,11 @@ import pandas as pd
 
 from .errors import OracleError
 from .oracle import Oracle, detections_frame, file_digest
+from .ranges import Bounds
 
 ORACLE_KINDS = ("ONNX", "TORCHVISION", "LABELS", "PYTHON")
+BATCH_SIZE = Bounds(1, 4096, whole=True)  # frames per oracle call
+COST_MS = Bounds(0.0)                     # simulated milliseconds per frame
 
 
 class LabelsOracle(Oracle):
@@ -26,8 +29,8 @@ class LabelsOracle(Oracle):
                  batch_size: int = 256):
         from vidql.datasets import read_labels
 
-        if cost_ms is not None and cost_ms < 0:
-            raise OracleError(f"cost_ms must be >= 0, got {cost_ms}")
+        cost_ms = None if cost_ms is None else COST_MS.check("LABELS option cost_ms", cost_ms)
+        batch_size = BATCH_SIZE.check("option batch_size", batch_size)
         self.table = read_labels(path)
         self._by_frame = self.table.groupby("frame").indices
         self.name, self.batch_size, self.simulated_cost_ms = name, batch_size, cost_ms
@@ -56,7 +59,7 @@ class PythonOracle(Oracle):
         obj = getattr(module, attr, None)
         if obj is None:
             raise OracleError(f"module {module_name!r} has no attribute {attr!r}")
-        batch_size = int(options.pop("batch_size", 8))
+        batch_size = BATCH_SIZE.check("option batch_size", options.pop("batch_size", 8))
         if inspect.isclass(obj):
             obj = obj(**options)
         elif options:

@@ -12,6 +12,7 @@ import pandas as pd
 from .catalog import _quote
 from .dialect import Query
 from .errors import CatalogError, QueryError
+from .exact import bind_query
 from .framestat import FrameExpr, is_predicate, parse_frame_expr
 from .labelcache import LabelCache
 from .result import Report, Result
@@ -40,6 +41,7 @@ class Binding:
             raise QueryError(str(exc), q.text, max(q.text.find(q.video), 0)) from None
         self.db = db
         self.q = q
+        bind_query(catalog, q.sql, [self.video], q.clauses.oracle)
         self.cache: LabelCache = catalog.label_cache(self.video, q.clauses.oracle)
         self.population = self._population(db, q)
         self.n = len(self.population)
@@ -53,6 +55,7 @@ class Binding:
             if others:
                 self.index_note = (f"index {', '.join(others)} was built with another oracle, "
                                    f"so this query runs without one; USING ORACLE picks that oracle")
+        _check_runnable(q, self.video, self.index is not None)
         self.before = self.cache.stats.snapshot()
         self.labelled_before = self.cache.labelled_frames
 
@@ -77,12 +80,25 @@ class Binding:
         """Callback: positions in the population -> tuple of true values, one array per
         statistic (through the label cache, one lookup for all)."""
         values = self.cache.true_values(*exprs)
-        return lambda positions: values(self.population[np.asarray(positions, dtype=np.int64)])
+        return self._ahead(lambda positions: values(self.frames(positions)))
 
     def truth(self, expr: FrameExpr | str):
         """Callback: positions in the population -> true values of one statistic."""
         values = self.truths(expr)
-        return lambda positions: values(positions)[0]
+        return self._ahead(lambda positions: values(positions)[0])
+
+    def frames(self, positions) -> np.ndarray:
+        """Frame numbers of positions in the population."""
+        return self.population[np.asarray(positions, dtype=np.int64)]
+
+    def _ahead(self, fn):
+        """`fn` with `ahead(positions, now)`: an operator names the positions it asks for now
+        (the first `now`) and next, in order, so the oracle labels a whole batch of them at
+        once (vidql.queries)."""
+        batch = max(1, int(self.cache.oracle.batch_size))
+        fn.ahead = lambda positions, now: self.cache.label_ahead(
+            self.frames(positions[:now + 2 * batch]), now)
+        return fn
 
     def timestamps(self, frames: np.ndarray) -> np.ndarray:
         ts = self.db.catalog.con.execute(f"SELECT ts FROM main.{_quote(self.video)} ORDER BY frame"
@@ -117,6 +133,27 @@ class Binding:
             report.details["cracked_frames"] = self.db.indexes.crack(self.index_name, self.cache, new)
             report.seconds["cracking"] = time.perf_counter() - t0
         return report
+
+
+def _check_runnable(q: Query, video: str, has_index: bool) -> None:
+    """Refuse a query its operator cannot run, before any oracle call; queries and
+    EXPLAIN share this check, so every plan EXPLAIN shows also runs."""
+    group_at = q.text.upper().find("GROUP BY")
+    if q.kind in ("aggregate", "aggregate_budget") and q.aggregate is None:
+        raise QueryError("ERROR WITHIN and ORACLE BUDGET need an AVG, SUM or COUNT", q.text, 0)
+    if q.kind == "aggregate" and q.group_by:
+        raise QueryError("GROUP BY with ERROR WITHIN is not supported; use ORACLE BUDGET n "
+                         "for grouped approximate aggregates", q.text, max(group_at, 0))
+    if q.kind in ("limit", "select_recall", "select_precision", "rare") and (
+            _predicate_expr(q) is None):
+        raise QueryError("this query needs a WHERE clause over frame functions, e.g. "
+                         "WHERE contains('bus')", q.text, 0)
+    if not has_index and q.kind in ("select_recall", "select_precision"):
+        raise QueryError(f"{q.kind.replace('select_', '').upper()} TARGET needs an index for "
+                         f"proxy scores: CREATE INDEX ... ON {video} USING TASTI", q.text, 0)
+    if not has_index and q.kind == "rare":
+        raise QueryError(f"FIND RARE needs an index for frame embeddings: CREATE INDEX ... "
+                         f"ON {video} USING TASTI", q.text, 0)
 
 
 def _seed(q: Query) -> int:
@@ -165,44 +202,64 @@ def _aggregate_frame(result, scale: float, confidence: float, groups=None) -> pd
     return df
 
 
-def _run_aggregate(b: Binding, q: Query, seed: int, report: Report) -> pd.DataFrame:
-    from vidql import queries
-
+def _error_bound_targets(q: Query):
+    """(stat, pred, target) of an ERROR WITHIN aggregate. AVG(x) WHERE p is a ratio of
+    stat over pred (target None); otherwise target is the per-frame statistic whose mean is
+    estimated (None for COUNT(*) without a frame predicate, which needs no oracle)."""
     agg = q.aggregate
-    if agg is None:
-        raise QueryError("ERROR WITHIN and ORACLE BUDGET need an AVG, SUM or COUNT", q.text, 0)
-    conf = _confidence(q)
     pred = _predicate_expr(q)
     stat = agg.expr if agg.expr is not None and agg.func != "count" else None
-    if q.kind == "aggregate_budget":
-        return _run_budget(b, q, seed, report, stat, pred, conf)
-    if q.group_by:
-        raise QueryError("GROUP BY with ERROR WITHIN is not supported; use ORACLE BUDGET n "
-                         "for grouped approximate aggregates", q.text, q.text.upper().find("GROUP BY"))
+    if agg.func == "avg" and pred is not None:
+        return stat, pred, None
+    target = stat if agg.func != "count" else pred
+    if target is not None and agg.func == "sum" and pred is not None:
+        # SUM(x) WHERE p: per-frame x * p
+        target = parse_frame_expr(f"CAST(({target.text}) AS DOUBLE) * "
+                                  f"CAST(({pred.text}) AS DOUBLE)")
+    return stat, pred, target
+
+
+def _count_star(q: Query) -> bool:
+    """COUNT(*) without a frame predicate: the size of the video table, no oracle needed."""
+    return q.aggregate.func == "count" and _predicate_expr(q) is None
+
+
+def _error_bound(b: Binding, q: Query, seed: int, report: Report, truths=None):
+    """Run the ERROR WITHIN operator; `truths` (default: the oracle through the label
+    cache) maps statistics to a callback positions -> values, as Binding.truths does."""
+    from vidql import queries
+
     c = q.clauses
+    truths = truths or b.truths
+    stat, pred, target = _error_bound_targets(q)
     # the betting confidence sequence holds in finite samples and keeps control variates'
     # gain (an empirical Bernstein bound is dominated by its range term here)
-    common = dict(error=c.error, relative=c.error_relative, confidence=conf, seed=seed,
-                  max_samples=c.budget, bound="betting")
-    if agg.func == "avg" and pred is not None:
-        result = queries.aggregate_ratio_error_bound(b.n, _pair(b, stat, pred),
-                                                     value_range=_value_range(stat, report),
-                                                     **common)
-        scale = 1.0
-    else:
-        target = stat if agg.func != "count" else pred
-        if target is None:  # COUNT(*) without a frame predicate: no oracle needed
-            report.guarantee = "exact (COUNT(*) of the video table)"
-            return pd.DataFrame({"estimate": [float(b.n)], "ci_low": [float(b.n)],
-                                 "ci_high": [float(b.n)], "confidence": [1.0], "oracle_calls": [0],
-                                 "frames": [0]})
-        if agg.func == "sum" and pred is not None:  # SUM(x) WHERE p: per-frame x * p
-            target = parse_frame_expr(f"CAST(({target.text}) AS DOUBLE) * "
-                                      f"CAST(({pred.text}) AS DOUBLE)")
-        values, proxy = b.truth(target), b.proxy(target)
-        result = queries.aggregate_error_bound(b.n, values, proxy=proxy,
-                                               value_range=_value_range(target, report), **common)
-        scale = 1.0 if agg.func == "avg" else float(b.n)
+    common = dict(error=c.error, relative=c.error_relative, confidence=_confidence(q),
+                  seed=seed, max_samples=c.budget, bound="betting")
+    if target is None:
+        return queries.aggregate_ratio_error_bound(
+            b.n, _pair(b, stat, pred, truths=truths), value_range=_value_range(stat, report),
+            **common)
+    values = truths(target)
+    return queries.aggregate_error_bound(b.n, lambda positions: values(positions)[0],
+                                         proxy=b.proxy(target),
+                                         value_range=_value_range(target, report), **common)
+
+
+def _run_aggregate(b: Binding, q: Query, seed: int, report: Report) -> pd.DataFrame:
+    agg = q.aggregate
+    conf = _confidence(q)
+    stat, pred, _ = _error_bound_targets(q)
+    if q.kind == "aggregate_budget":
+        return _run_budget(b, q, seed, report, stat, pred, conf)
+    c = q.clauses
+    if _count_star(q):
+        report.guarantee = "exact (COUNT(*) of the video table)"
+        return pd.DataFrame({"estimate": [float(b.n)], "ci_low": [float(b.n)],
+                             "ci_high": [float(b.n)], "confidence": [1.0], "oracle_calls": [0],
+                             "frames": [0]})
+    result = _error_bound(b, q, seed, report)
+    scale = 1.0 if agg.func == "avg" else float(b.n)
     report.operator = f"aggregate ({result.method})"
     if c.error_relative:
         bound = f"±{c.error * 100:g}% (relative error)"
@@ -224,11 +281,12 @@ def _value_range(expr: FrameExpr | None, report: Report) -> tuple[float, float] 
     return None
 
 
-def _pair(b: Binding, stat: FrameExpr | None, pred: FrameExpr | None, *extra: FrameExpr):
+def _pair(b: Binding, stat: FrameExpr | None, pred: FrameExpr | None, *extra: FrameExpr,
+          truths=None):
     """Callback positions -> (statistic values, predicate booleans, *values of `extra`),
-    all from one label-cache lookup."""
+    all from one label-cache lookup (or from `truths`, as in _error_bound)."""
     exprs = [e for e in (stat, pred) if e is not None] + list(extra)
-    truths = b.truths(*exprs) if exprs else None  # no statistic: no label needed
+    truths = (truths or b.truths)(*exprs) if exprs else None  # no statistic: no label needed
 
     def values(positions):
         positions = np.asarray(positions, dtype=np.int64)
@@ -237,7 +295,7 @@ def _pair(b: Binding, stat: FrameExpr | None, pred: FrameExpr | None, *extra: Fr
         p = got.pop(0) > 0 if pred is not None else np.ones(len(positions), dtype=bool)
         return (s, p, *got)
 
-    return values
+    return b._ahead(values) if truths else values
 
 
 def _run_budget(b: Binding, q: Query, seed: int, report: Report, stat, pred, conf) -> pd.DataFrame:
@@ -294,9 +352,6 @@ def _run_selection(b: Binding, q: Query, seed: int, report: Report) -> pd.DataFr
     from vidql import queries
 
     pred = _predicate_expr(q)
-    if pred is None:
-        raise QueryError("this query needs a WHERE clause over frame functions, e.g. "
-                         "WHERE contains('bus')", q.text, 0)
     truth = b.truth(pred)
     is_true = lambda positions: truth(positions) > 0
     proxy = b.proxy(pred)
@@ -308,9 +363,6 @@ def _run_selection(b: Binding, q: Query, seed: int, report: Report) -> pd.DataFr
                                      max_calls=c.budget, batch=b.cache.oracle.batch_size)
         report.guarantee = f"up to {q.limit} oracle-confirmed frames, ≥ {c.gap or 0} frames apart"
     elif q.kind in ("select_recall", "select_precision"):
-        if proxy is None:
-            raise QueryError(f"{q.kind.replace('select_', '').upper()} TARGET needs an index for "
-                             f"proxy scores: CREATE INDEX ... ON {b.video} USING TASTI", q.text, 0)
         conf = _confidence(q)
         if q.kind == "select_recall":
             result, mode = run_recall(proxy, is_true, c, conf, seed)
@@ -321,9 +373,6 @@ def _run_selection(b: Binding, q: Query, seed: int, report: Report) -> pd.DataFr
                                             confidence=conf, budget=c.budget, seed=seed)
             report.guarantee = f"precision ≥ {c.precision_target:.0%} with probability {conf:.0%}"
     elif q.kind == "rare":
-        if b.index is None:
-            raise QueryError(f"FIND RARE needs an index for frame embeddings: CREATE INDEX ... "
-                             f"ON {b.video} USING TASTI", q.text, 0)
         embeddings = np.asarray(b.index.embeddings)[b.population]
         result = queries.find_rare(embeddings, is_true, budget=c.budget, seed=seed, proxy=proxy)
         report.guarantee = f"as many distinct positives as {c.budget} oracle calls find (no recall guarantee)"
@@ -401,6 +450,8 @@ def _budget_text(budget: int | None, n: int) -> str:
 def _estimate_exact(db, q: Query, report: Report) -> int:
     total = 0
     names = {v.lower(): v for v in db.catalog.video_names()}
+    videos = [names[t.split(".")[0].lower()] for t in q.tables if t.split(".")[0].lower() in names]
+    bind_query(db.catalog, q.sql, list(dict.fromkeys(videos)), q.clauses.oracle)
     for table in q.tables:
         video = names.get(table.split(".")[0].lower())
         if video is None:
@@ -416,49 +467,106 @@ def _estimate_exact(db, q: Query, report: Report) -> int:
 
 
 def _estimate_approximate(b: Binding, q: Query, report: Report) -> int:
+    """Oracle calls the query will make: the budget for budgeted kinds; for ERROR WITHIN
+    and LIMIT, a dry run of the operator itself on stand-in values (no oracle call)."""
     c = q.clauses
     if q.kind in ("select_recall", "select_precision"):
-        proxy = b.proxy(_predicate_expr(q))
-        if proxy is not None:
-            return _estimate_selection(proxy, q, report)
-    if q.kind in ("aggregate_budget", "select_recall", "select_precision", "rare"):
-        report.details["estimate"] = "the ORACLE BUDGET"
-        return int(c.budget)
-    pred = _predicate_expr(q)
+        return _estimate_selection(b.proxy(_predicate_expr(q)), q, report)
+    if q.kind in ("aggregate_budget", "rare"):
+        report.details["estimate"] = ("the ORACLE BUDGET (or every frame, if fewer), less the "
+                                      "share of frames already labelled")
+        return round(min(int(c.budget), b.n) * (1.0 - StandIn.cached_share(b)))
+    if q.kind == "aggregate" and _count_star(q):
+        report.details["estimate"] = "COUNT(*) of the video table needs no oracle"
+        return 0
+    stand_in = StandIn.build(b)
+    if stand_in is None:
+        report.details["estimate"] = (
+            f"at most: no index and {b.cache.labelled_frames.size} labelled frames cached "
+            f"(fewer than {MIN_PILOT}) give no basis for an estimate, so this is the most "
+            "the query can call (every frame, or the ORACLE BUDGET)")
+        return min(c.budget or b.n, b.n)
+    report.details["estimate"] = stand_in.note
+    # with SEED, the dry run draws the frames the query will draw
+    seed = 0 if c.seed is None else b.sampling_seed(int(c.seed))
     if q.kind == "limit":
-        proxy = b.proxy(pred)
-        if proxy is None:
-            report.details["estimate"] = "no index: a random-order scan, up to every frame"
-            return b.n
-        order = np.argsort(-proxy, kind="stable")
-        hits, taken = 0, []
-        for pos, p in enumerate(proxy[order]):
-            if p >= 0.5 and all(abs(order[pos] - t) > (c.gap or 0) for t in taken):
-                taken.append(order[pos])
-                hits += 1
-                if hits == q.limit:
-                    report.details["estimate"] = "scan depth until the proxy shows LIMIT hits"
-                    return min(pos + 1, c.budget or b.n)
-        return min(b.n, c.budget or b.n)
-    # aggregate: a dry run of the operator's stopping rule (betting bound, uniform sampling)
-    # with the proxy standing in for the truth; no oracle call
-    from vidql import queries
+        from vidql import queries
 
-    agg = q.aggregate
-    target = agg.expr if agg is not None and agg.expr is not None and agg.func != "count" else pred
-    proxy = b.proxy(target)
-    if proxy is None:
-        stand_in, value_range = (np.arange(b.n) % 2).astype(np.float64), (0.0, 1.0)
-        report.details["estimate"] = "no index: assumes values in [0, 1] with the widest spread"
+        pred = _predicate_expr(q)
+        flags = stand_in(pred)
+        ranking = b.proxy(pred)
+        queries.limit_query(np.zeros(b.n) if ranking is None else ranking,
+                            lambda positions: flags(positions)[0] > 0, k=q.limit,
+                            gap=c.gap or 0, seed=seed, max_calls=c.budget,
+                            batch=b.cache.oracle.batch_size)
     else:
-        value_range = _value_range(target, report)
-        stand_in = proxy if value_range is None else np.clip(proxy, *value_range)
-        report.details["estimate"] = ("the stopping rule run on the proxy in place of the truth "
-                                      "(uniform sampling; control variates usually need fewer)")
-    if c.error_relative and not stand_in.any():
-        return b.n  # a relative error of a zero answer: every frame
-    result = queries.aggregate_error_bound(
-        b.n, lambda positions: stand_in[positions], error=c.error, relative=c.error_relative,
-        confidence=_confidence(q), seed=0, max_samples=c.budget, bound="betting",
-        value_range=value_range)
-    return int(result.oracle_calls)
+        _error_bound(b, q, seed, Report(operator="estimate"), truths=stand_in)
+    return stand_in.uncached()
+
+
+MIN_PILOT = 20  # labelled frames an estimate without an index needs
+
+
+class StandIn:
+    """Values standing in for the truth of frame statistics over a query's population,
+    from what is known without an oracle call: with an index, its proxy plus errors
+    resampled from the proxy's leave-one-out errors at its representatives; without, the
+    values of frames already labelled, resampled. Called like Binding.truths."""
+
+    def __init__(self, b: Binding, make, note: str):
+        self.b, self.make, self.note = b, make, note
+        self.cached = np.isin(b.population, b.cache.labelled_frames)
+        self.asked = np.zeros(b.n, dtype=bool)  # positions a dry run labelled
+
+    @staticmethod
+    def cached_share(b: Binding) -> float:
+        """The share of the population the oracle has labelled already."""
+        return float(np.isin(b.population, b.cache.labelled_frames).mean())
+
+    @classmethod
+    def build(cls, b: Binding) -> "StandIn | None":
+        rng = np.random.default_rng(0)
+        if b.index is not None:
+            reps = len(b.index.rep_frames)
+            pick = rng.integers(reps, size=b.n)
+            note = ("a dry run of the operator on stand-in values: the index's proxy plus "
+                    f"errors resampled from its leave-one-out errors at {reps} representatives "
+                    "(assumes the proxy errs there as elsewhere)")
+            return cls(b, lambda expr: _proxy_plus_error(b, expr, pick), note)
+        known = np.flatnonzero(np.isin(b.population, b.cache.labelled_frames))
+        if known.size < MIN_PILOT:
+            return None
+        pick = known[rng.integers(known.size, size=b.n)]
+        note = (f"a dry run of the operator on stand-in values resampled from the {known.size} "
+                "frames of the population already labelled (assumes they are typical)")
+        return cls(b, lambda expr: b.truth(expr)(pick), note)
+
+    def __call__(self, *exprs: FrameExpr):
+        values = [np.asarray(self.make(e), dtype=np.float64) for e in exprs]
+
+        def lookup(positions):
+            positions = np.asarray(positions, dtype=np.int64)
+            self.asked[positions] = True
+            return tuple(v[positions] for v in values)
+
+        return lookup
+
+    def uncached(self) -> int:
+        """Oracle calls of the dry run: frames it labelled that are not labelled yet."""
+        return int((self.asked & ~self.cached).sum())
+
+
+def _proxy_plus_error(b: Binding, expr: FrameExpr, pick: np.ndarray) -> np.ndarray:
+    """The index's proxy for `expr` over the population plus leave-one-out errors of the
+    representatives (`pick` chooses one per frame), kept within the values seen; 0/1 for
+    predicates."""
+    index = b.index
+    truth = np.asarray(index.rep_values(expr), dtype=np.float64)
+    rows = index.positions[index.rep_frames]
+    weights = 1.0 / (np.maximum(index.distances[index.rep_frames], 0.0) + index.eps)
+    weights[rows == np.arange(len(truth))[:, None]] = 0.0  # leave each representative out
+    total = weights.sum(axis=1)
+    left_out = (weights * truth[rows]).sum(axis=1) / np.where(total > 0, total, 1.0)
+    errors = np.where(total > 0, truth - left_out, 0.0)
+    values = np.clip(b.proxy(expr) + errors[pick], truth.min(), truth.max())
+    return (values >= 0.5).astype(np.float64) if is_predicate(expr) else values

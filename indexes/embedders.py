@@ -3,6 +3,7 @@
 torchvision ResNet-18 (local weights only) and any torch network over low-res frames."""
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 from typing import Callable
 
@@ -50,29 +51,56 @@ def thumbnail_size(size: tuple[int, int], long_side: int) -> tuple[int, int]:
 
 
 def pixel_embeddings(source, *, size: tuple[int, int], dim: int = 64, long_side: int = 24,
-                     seed: int = 0, fit_frames: int = 5000, progress: bool = True) -> np.ndarray:
+                     seed: int = 0, fit_frames: int = 5000, chunk: int = 4096,
+                     progress: bool = True) -> np.ndarray:
     """Cheap embedding without a model: colour thumbnails (area-averaged, ≤ `long_side` px),
-    projected on their top `dim` principal components (fitted on a seeded sample).
+    projected on their top `dim` principal components (fitted on a seeded sample of
+    `fit_frames`).
 
-    Thumbnails are kept as uint8 during the pass (w·h·3 bytes per frame)."""
+    Memory stays bounded: during the pass the thumbnails stream to a temporary file
+    (w·h·3 bytes per frame on disk) and only the sample is kept; they are then projected
+    `chunk` frames at a time."""
     tw, th = thumbnail_size(size, long_side)
-
-    def thumbs(batch: np.ndarray) -> np.ndarray:
-        return np.stack([cv2.resize(f, (tw, th), interpolation=cv2.INTER_AREA) for f in batch]
-                        ).reshape(len(batch), -1)
-
-    raw = embed_source(source, thumbs, tw * th * 3, size=size, dtype=np.uint8,
-                       desc="pixel embedding", progress=progress)
+    width = tw * th * 3
+    n_frames = source_length(source)
     rng = np.random.default_rng(seed)
-    sample = raw[np.sort(rng.choice(len(raw), size=min(fit_frames, len(raw)), replace=False))]
-    sample = sample.astype(np.float32)
-    mean = sample.mean(axis=0)
-    _, _, vt = np.linalg.svd(sample - mean, full_matrices=False)
-    components = vt[:min(dim, len(vt))].T.astype(np.float32)
-    out = np.empty((len(raw), components.shape[1]), dtype=np.float32)
-    for start in range(0, len(raw), 65536):
-        out[start:start + 65536] = (raw[start:start + 65536].astype(np.float32) - mean) @ components
+    fit_rows = np.sort(rng.choice(n_frames, size=min(fit_frames, n_frames), replace=False))
+    sample = np.empty((len(fit_rows), width), dtype=np.uint8)
+    with tempfile.TemporaryFile() as spill:
+        seen = 0
+        with tqdm(total=n_frames, desc="pixel embedding", unit="frame",
+                  disable=not progress) as bar:
+            for indices, batch in source.iter_batches(256, size=size):
+                thumbs = np.stack([cv2.resize(f, (tw, th), interpolation=cv2.INTER_AREA)
+                                   for f in batch]).reshape(len(batch), width)
+                _spill_rows(spill, np.asarray(indices, dtype=np.int64), thumbs)
+                at = np.minimum(np.searchsorted(fit_rows, indices), len(fit_rows) - 1)
+                hit = fit_rows[at] == indices
+                sample[at[hit]] = thumbs[hit]
+                seen += len(indices)
+                bar.update(len(indices))
+        if seen != n_frames:
+            raise VidqlError(f"the frame source gave {seen} frames, but says it has {n_frames}")
+        sample = sample.astype(np.float32)
+        mean = sample.mean(axis=0)
+        _, _, vt = np.linalg.svd(sample - mean, full_matrices=False)
+        components = vt[:min(dim, len(vt))].T.astype(np.float32)
+        del sample
+        out = np.empty((n_frames, components.shape[1]), dtype=np.float32)
+        spill.seek(0)
+        for start in range(0, n_frames, chunk):
+            rows = np.fromfile(spill, dtype=np.uint8, count=min(chunk, n_frames - start) * width)
+            out[start:start + chunk] = (rows.reshape(-1, width).astype(np.float32) - mean) @ components
     return out
+
+
+def _spill_rows(spill, indices: np.ndarray, rows: np.ndarray) -> None:
+    """Write `rows` (one per frame of a contiguous run `indices`) at their place in `spill`."""
+    if len(indices) and (np.diff(indices) != 1).any():
+        raise VidqlError("the frame source gave a batch of non-consecutive frames")
+    if len(indices):
+        spill.seek(int(indices[0]) * rows.shape[1])
+        rows.tofile(spill)
 
 
 def network_embedder(model: torch.nn.Module, *, mean=(0.5, 0.5, 0.5), std=(0.25, 0.25, 0.25),

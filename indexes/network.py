@@ -2,6 +2,10 @@
 proxy baseline's regressor. Cheap enough to run over every frame of a video on a CPU."""
 from __future__ import annotations
 
+import os
+import time
+from contextlib import contextmanager
+
 import numpy as np
 import torch
 from torch import nn
@@ -44,3 +48,44 @@ def to_tensor(frames: np.ndarray, device="cpu", mean=(0.5, 0.5, 0.5), std=(0.25,
 def torch_device() -> str:
     """'cuda' when a GPU is usable, else 'cpu'."""
     return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+@contextmanager
+def cpu_threads(n: int, blas: int = 1):
+    """Run the block with `n` torch intra-op threads and `blas` BLAS/OpenMP threads (numpy's
+    SVD, FAISS), then restore the caller's settings. One BLAS thread by default: the PCA's
+    SVD ran several times faster single-threaded on a shared 2-core machine, and its
+    results then do not depend on the thread count."""
+    from threadpoolctl import threadpool_limits
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(max(1, int(n)))
+    try:
+        with threadpool_limits(limits=max(1, int(blas))):
+            yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+def fastest_threads(model: nn.Module, size: tuple[int, int], *, batch: int = 64,
+                    repeats: int = 2, gain: float = 1.3) -> int:
+    """The torch thread count for running `model` on a batch of `size` = (w, h) frames:
+    every core this process may use when that is `gain` times faster than 1 thread (best
+    of `repeats` timed forward passes each), else 1, since extra threads spin and on a
+    shared CPU often slow down. On a GPU, or with one core: the current setting."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    if torch_device() != "cpu" or (cores or 1) <= 1:
+        return torch.get_num_threads()
+    x = torch.zeros(batch, 3, size[1], size[0])
+    model = model.eval()
+    best = {}
+    for n in (1, cores):
+        with cpu_threads(n), torch.inference_mode():
+            model(x[:2])  # warm-up
+            times = []
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                model(x)
+                times.append(time.perf_counter() - t0)
+        best[n] = min(times)
+    return cores if best[cores] * gain < best[1] else 1

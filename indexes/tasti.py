@@ -15,7 +15,6 @@ from typing import Callable
 
 import numpy as np
 import pandas as pd
-import torch
 from tqdm.auto import tqdm
 
 from ..engine.errors import ParameterError, QueryError, VidqlError
@@ -24,16 +23,66 @@ from .embedders import (embed_source, find_pretrained_weights, network_embedder,
                         pixel_embeddings, pretrained_embeddings, source_length)
 from .fpf import farthest_point_first, random_representatives
 from .neighbours import merge_nearest, nearest
+from .network import CompactCNN, cpu_threads, fastest_threads
 from .propagate import DEFAULT_EPS, propagate
 from .triplet import label_closeness, train_triplet_network
 
 FORMAT_VERSION = 1
+MAX_CRACK_FILES = 64  # then the next save rewrites every file (and folds the cracks in)
 EMBEDDERS = ("triplet", "pretrained", "pixel")
 LabelFn = Callable[[np.ndarray], pd.DataFrame]
 
 
 class IndexMismatchError(VidqlError):
     """A saved index that belongs to another video or oracle than the one expected."""
+
+
+REPS_FRACTION, REPS_FLOOR, REPS_CAP = 0.02, 50, 2000  # default labels: 2% in [50, 2000]
+TRIPLETS_PER_FRAME, TRIPLETS_FLOOR, TRIPLETS_CAP = 80, 2000, 12_000
+LIMITS = {"k": (1, 64), "seed": (0, 2**31 - 1), "dim": (2, 1024),
+          "triplets": (1, 1_000_000)}  # train and reps: [0 or 1, n_frames]
+
+
+def default_sizes(n_frames: int) -> dict:
+    """Defaults fitted to the video: `reps` labelled frames = 2% of the frames within
+    [50, 2000] (never more than a fifth of a short video), `train` = half of them, and at
+    most 80 `triplets` per training frame within [2000, 12000] (early stopping may end
+    training sooner; on 10k traffic frames 40 per frame gave car-count rho 0.84-0.86,
+    80 gave 0.876)."""
+    floor = min(REPS_FLOOR, n_frames // 5)
+    reps = max(1, min(REPS_CAP, max(floor, round(REPS_FRACTION * n_frames))))
+    train = reps // 2
+    triplets = min(TRIPLETS_CAP, max(TRIPLETS_FLOOR, TRIPLETS_PER_FRAME * (train + reps // 4)))
+    return {"train": train, "reps": reps, "triplets": triplets}
+
+
+def check_options(n_frames: int, **options) -> dict:
+    """Build options (train, reps, k, seed, embedder, dim, triplets) checked against their
+    allowed ranges, None or missing ones set to their defaults (`default_sizes` for train,
+    reps and triplets); a ParameterError names the value and the range."""
+    if int(n_frames) < 1:
+        raise ParameterError(f"the video has no frames (n_frames = {n_frames})")
+    embedder = options.get("embedder", "triplet")
+    if embedder not in EMBEDDERS:
+        raise ParameterError(f"embedder must be one of {', '.join(EMBEDDERS)}, got {embedder!r}")
+    limits = {**LIMITS, "train": (0, n_frames), "reps": (1, n_frames)}
+    defaults = {**default_sizes(n_frames), "k": 5, "seed": 0, "dim": 128}
+    out = {}
+    for name in ("train", "reps", "k", "seed", "dim", "triplets"):
+        value = options.get(name)
+        out[name] = defaults[name] if value is None else check_int(name, value, *limits[name])
+    return {**out, "embedder": embedder}
+
+
+def check_int(name: str, value, low: int, high: int) -> int:
+    """`value` as an int in [low, high], else a ParameterError naming both."""
+    number = isinstance(value, (int, np.integer, float, np.floating))
+    whole = number and not isinstance(value, (bool, np.bool_)) and float(value).is_integer()
+    if not whole:
+        raise ParameterError(f"{name} must be a whole number in [{low}, {high}], got {value!r}")
+    if not low <= value <= high:
+        raise ParameterError(f"{name} must lie in [{low}, {high}], got {int(value)}")
+    return int(value)
 
 
 def _empty_labels() -> pd.DataFrame:
@@ -108,9 +157,11 @@ class TastiIndex:
         self.identity = dict(identity or {})
         self.config = dict(config or {})
         self.stats = dict(stats or {})
-        self.directory: Path | None = None      # where proxies are cached on disk, when in sync
+        self.directory: Path | None = None      # where it was last saved or loaded from
         self._embeddings_file: Path | None = None  # a saved copy of `embeddings`
         self._proxies: dict[str, np.ndarray] = {}
+        self._saved: dict | None = None         # what `directory` holds: cracks, reps, proxies
+        self._changed: list[np.ndarray] | None = []  # neighbour rows changed since; None: all
 
     def __repr__(self) -> str:
         return (f"TastiIndex(n_frames={self.n_frames}, reps={len(self.rep_frames)}, k={self.k}, "
@@ -128,12 +179,13 @@ class TastiIndex:
     # ---- building ---------------------------------------------------------------------
 
     @classmethod
-    def build(cls, source, label_fn: LabelFn, *, train: int = 1000, reps: int = 2000, k: int = 5,
-              seed: int = 0, embedder: str = "triplet", size: tuple[int, int] = (64, 36),
-              progress: bool = True, identity: dict | None = None, weights=None,
-              dim: int = 128, triplets: int = 12_000, lr: float = 1e-3, margin: float = 1.0,
+    def build(cls, source, label_fn: LabelFn, *, train: int | None = None,
+              reps: int | None = None, k: int = 5, seed: int = 0, embedder: str = "triplet",
+              size: tuple[int, int] = (64, 36), progress: bool = True,
+              identity: dict | None = None, weights=None, dim: int = 128,
+              triplets: int | None = None, lr: float = 1e-3, margin: float = 1.0,
               count_weight: float = 30.0, jitter: bool = True, box_tol: float = 1.0,
-              eps: float = DEFAULT_EPS, threads: int = 2) -> "TastiIndex":
+              eps: float = DEFAULT_EPS, threads: int | None = None) -> "TastiIndex":
         """Embed every frame of `source`, label `reps` representatives through `label_fn`
         and find each frame's `k` nearest representatives.
 
@@ -142,10 +194,16 @@ class TastiIndex:
         when local weights exist, else the pixel embedding) together with the random
         representatives. 'pretrained' uses ResNet-18 features (needs local `weights` or the
         torch hub cache; never downloads). 'pixel' uses thumbnail PCA. Training: triplet
-        loss (`margin`, Adam `lr`, `triplets` seen, `dim`-d output) plus `count_weight` times
-        an auxiliary regression of class counts from the embedding (0 gives plain TASTI;
-        the default lifts rho for car counts from ~0.87 to ~0.95 on synthetic traffic),
-        with random lighting `jitter`.
+        loss (`margin`, Adam `lr`, at most `triplets` seen, early stopping on held-out
+        frames, `dim`-d output) plus `count_weight` times an auxiliary regression of class
+        counts from the embedding (0 gives plain TASTI; the default lifts rho for car counts
+        from ~0.87 to ~0.95 on synthetic traffic), with random lighting `jitter`.
+
+        `train`, `reps` and `triplets` default to sizes fitted to the video's frame count
+        (see `default_sizes`); every option is checked (see `check_options`) before any
+        work. `threads`: torch threads for the build, by default 1 or all cores as measured
+        on the embedder (`fastest_threads`; pass it for bit-identical rebuilds); BLAS runs
+        single-threaded; the caller's settings are restored.
 
         Representatives are every labelled frame: the training frames, a quarter of `reps`
         at random, and the rest by FPF in the final embedding, `reps` in all (oracle calls
@@ -153,21 +211,18 @@ class TastiIndex:
         video fingerprint and oracle identity) is stored and checked by
         `load(..., expect=...)`.
         """
-        if embedder not in EMBEDDERS:
-            raise ParameterError(f"embedder must be one of {EMBEDDERS}, got {embedder!r}")
-        for name, value, low in (("train", train, 0), ("reps", reps, 1), ("k", k, 1),
-                                 ("n_frames", source_length(source), 1)):
-            if int(value) < low:
-                raise ParameterError(f"{name} must be >= {low}, got {value}")
-        config = dict(train=int(train), reps=int(reps), k=int(k), seed=int(seed), embedder=embedder,
-                      size=list(size), dim=int(dim), triplets=int(triplets), lr=lr, margin=margin,
-                      count_weight=count_weight, jitter=jitter, box_tol=box_tol)
-        previous_threads = torch.get_num_threads()
-        torch.set_num_threads(threads)
-        try:
-            return cls._build(source, label_fn, config, progress, identity, weights, eps)
-        finally:
-            torch.set_num_threads(previous_threads)
+        n_frames = source_length(source)
+        config = check_options(n_frames, train=train, reps=reps, k=k, seed=seed,
+                               embedder=embedder, dim=dim, triplets=triplets)
+        config.update(size=list(size), lr=lr, margin=margin, count_weight=count_weight,
+                      jitter=jitter, box_tol=box_tol)
+        if threads is None:
+            threads = (1 if embedder == "pixel"  # no torch network to run
+                       else fastest_threads(CompactCNN(out_dim=config["dim"]), size))
+        with cpu_threads(threads):
+            index = cls._build(source, label_fn, config, progress, identity, weights, eps)
+        index.stats["torch_threads"] = int(threads)
+        return index
 
     @classmethod
     def _build(cls, source, label_fn, cfg, progress, identity, weights, eps) -> "TastiIndex":
@@ -206,6 +261,7 @@ class TastiIndex:
                 stats["embedding"] = (stats["mining_embedding"] + " (training labels all alike: "
                                       "no triplets)")
             else:
+                del emb  # the mining embedding: not needed beside the triplet one
                 emb = embed_source(source, network_embedder(model), cfg["dim"], size=size,
                                    desc="triplet embedding", progress=progress)
                 stats["embedding"] = "triplet CNN"
@@ -258,39 +314,27 @@ class TastiIndex:
 
     def proxy(self, expr: str | FrameExpr) -> np.ndarray:
         """Proxy score of a frame statistic or predicate for every frame (float64, read-only;
-        exact at labelled frames). Cached per statistic in memory and, once the index is
-        saved, on disk."""
+        exact at labelled frames). Cached per statistic in memory; `save` writes the cache
+        and `load` maps it back (no disk I/O here)."""
         parsed = self._parse(expr)
         key = parsed.sql.strip()
         cached = self._proxies.get(key)
         if cached is not None:
             return cached
-        path = self._proxy_path(key)
-        values = np.load(path) if path is not None and path.is_file() else None
-        if values is None or values.shape != (self.n_frames,):
-            values = propagate(self.rep_values(parsed), self.positions, self.distances,
-                               exact_frames=self.rep_frames, eps=self.eps)
-            if path is not None:
-                try:
-                    _atomic_save(path, values)
-                except OSError:  # a read-only index folder: the proxy stays cached in memory
-                    pass
+        values = propagate(self.rep_values(parsed), self.positions, self.distances,
+                           exact_frames=self.rep_frames, eps=self.eps)
         values.flags.writeable = False
         self._proxies[key] = values
         return values
-
-    def _proxy_path(self, key: str) -> Path | None:
-        if self.directory is None:
-            return None
-        return self.directory / "proxies" / (hashlib.sha1(key.encode()).hexdigest() + ".npy")
 
     # ---- cracking ---------------------------------------------------------------------
 
     def add_labels(self, detections: pd.DataFrame, frames) -> int:
         """Make oracle-labelled `frames` (detections: DETECTION_COLUMNS; frames without rows
-        have no detections) representatives. Their neighbours are merged into every frame's
-        top-k without recomputing embeddings or old neighbours; cached proxies are dropped.
-        Returns how many frames were new."""
+        have no detections) representatives. The new representatives are searched against
+        every embedding and only frames whose top-k changes are updated; embeddings and old
+        neighbours are never recomputed, cached proxies are dropped, nothing touches the
+        disk (`save` appends the change). Returns how many frames were new."""
         frames = np.unique(np.asarray(frames, dtype=np.int64))
         if len(frames) and (frames[0] < 0 or frames[-1] >= self.n_frames):
             raise ParameterError(f"frames must lie in [0, {self.n_frames - 1}]")
@@ -300,24 +344,59 @@ class TastiIndex:
         labels = _clean_labels(detections, new)
         dist_new, pos_new = nearest(self.embeddings, self.embeddings[new], self.k)
         pos_new = (pos_new + len(self.rep_frames)).astype(np.int32)
-        self.distances, self.positions = merge_nearest(self.distances, self.positions,
-                                                       dist_new, pos_new, self.k)
+        if self.distances.shape[1] < self.k:  # fewer representatives than k so far: all change
+            self.distances, self.positions = merge_nearest(self.distances, self.positions,
+                                                           dist_new, pos_new, self.k)
+            self._changed = None
+        else:
+            rows = np.flatnonzero(dist_new[:, 0] < self.distances[:, -1])
+            self.distances[rows], self.positions[rows] = merge_nearest(
+                self.distances[rows], self.positions[rows], dist_new[rows], pos_new[rows], self.k)
+            if self._changed is not None:
+                self._changed.append(rows)
         self.rep_frames = np.concatenate([self.rep_frames, new])
         self.labels = pd.concat([self.labels, labels], ignore_index=True)
         self._proxies.clear()
-        if self.directory is not None:  # the saved index is now stale: drop its proxies
-            for path in (self.directory / "proxies").glob("*.npy"):
-                path.unlink()
-            self.directory = None
         return len(new)
 
     # ---- persistence ------------------------------------------------------------------
 
     def save(self, directory: str | Path) -> Path:
-        """Write the index to `directory` (created if needed); proxies computed so far are
-        kept there and later ones are cached there too. Returns the directory."""
+        """Write the index to `directory` (created if needed) with the proxies computed so
+        far. Saving again where it was saved or loaded from appends what changed since (new
+        representatives and the neighbour rows cracking changed) instead of rewriting every
+        row; the metadata file, replaced last, commits either way. Returns the directory."""
         d = Path(directory)
+        appendable = (self._saved is not None and self._changed is not None
+                      and self.directory is not None and self.directory.resolve() == d.resolve()
+                      and self._saved["cracks"] < MAX_CRACK_FILES)
+        on_disk = {}  # proxies already saved for the current state
+        if appendable:
+            cracks = self._saved["cracks"]
+            if len(self.rep_frames) > self._saved["reps"]:
+                cracks += 1
+                self._write_crack(d, cracks)
+            else:
+                on_disk = self._saved["proxies"]
+        else:
+            cracks = self._write_base(d)
+        self.directory = d
+        proxies = self._write_proxies(d, cracks, on_disk)
+        meta = dict(format=FORMAT_VERSION, n_frames=self.n_frames, k=self.k, eps=self.eps,
+                    identity=self.identity, config=self.config, stats=self.stats,
+                    cracks=cracks, proxies=proxies)
+        tmp = d / "meta.json.tmp"
+        tmp.write_text(json.dumps(meta, indent=2, default=_json_default))
+        os.replace(tmp, d / "meta.json")
+        self._saved = {"cracks": cracks, "reps": len(self.rep_frames), "proxies": proxies}
+        self._changed = []
+        _remove_unlisted(d, cracks, proxies)
+        return d
+
+    def _write_base(self, d: Path) -> int:
+        """Every file of the index, rewritten (the embeddings only when not there yet)."""
         (d / "proxies").mkdir(parents=True, exist_ok=True)
+        (d / "cracks").mkdir(exist_ok=True)
         (d / "meta.json").unlink(missing_ok=True)  # an interrupted save reads as no index
         target = (d / "embeddings.npy").resolve()
         if self._embeddings_file != target or not target.is_file():  # embeddings never change
@@ -326,26 +405,37 @@ class TastiIndex:
         _atomic_save(d / "rep_frames.npy", self.rep_frames)
         _atomic_save(d / "distances.npy", self.distances)
         _atomic_save(d / "positions.npy", self.positions)
-        tmp = d / "labels.parquet.tmp"
-        self.labels.to_parquet(tmp, index=False)
-        os.replace(tmp, d / "labels.parquet")
-        for path in (d / "proxies").glob("*.npy"):
-            path.unlink()
-        self.directory = d
+        _atomic_parquet(self.labels, d / "labels.parquet")
+        return 0
+
+    def _write_crack(self, d: Path, number: int) -> None:
+        """Crack file `number`: representatives added since the last save, their labels, and
+        the neighbour rows that changed (written before the metadata that lists it)."""
+        rows = np.unique(np.concatenate([np.empty(0, np.int64), *self._changed]))
+        new = self.rep_frames[self._saved["reps"]:]
+        _atomic_parquet(self.labels[self.labels["frame"].isin(new)], d / "cracks" / f"{number}.parquet")
+        tmp = d / "cracks" / f"{number}.tmp.npz"
+        with open(tmp, "wb") as fh:
+            np.savez(fh, reps=new, rows=rows, distances=self.distances[rows],
+                     positions=self.positions[rows])
+        os.replace(tmp, d / "cracks" / f"{number}.npz")
+
+    def _write_proxies(self, d: Path, cracks: int, on_disk: dict) -> dict:
+        """Cached proxies as files named for this state ({statistic: file name}); those in
+        `on_disk` are there already."""
+        listed = {}
         for key, values in self._proxies.items():
-            _atomic_save(self._proxy_path(key), values)
-        meta = dict(format=FORMAT_VERSION, n_frames=self.n_frames, k=self.k, eps=self.eps,
-                    identity=self.identity, config=self.config, stats=self.stats)
-        tmp = d / "meta.json.tmp"
-        tmp.write_text(json.dumps(meta, indent=2, default=_json_default))
-        os.replace(tmp, d / "meta.json")
-        return d
+            listed[key] = on_disk.get(key) or f"{hashlib.sha1(key.encode()).hexdigest()}-{cracks}.npy"
+            if key not in on_disk:
+                _atomic_save(d / "proxies" / listed[key], values)
+        return listed
 
     @classmethod
     def load(cls, directory: str | Path, expect: dict | None = None) -> "TastiIndex":
-        """Open a saved index (embeddings memory-mapped, nothing recomputed). With `expect`,
-        every key must match the stored identity, else IndexMismatchError: the index was
-        built for another video or oracle and must be rebuilt."""
+        """Open a saved index (embeddings and proxies memory-mapped, crack files applied,
+        nothing recomputed). With `expect`, every key must match the stored identity, else
+        IndexMismatchError: the index was built for another video or oracle and must be
+        rebuilt."""
         d = Path(directory)
         try:
             meta = json.loads((d / "meta.json").read_text())
@@ -368,15 +458,51 @@ class TastiIndex:
                         distances=np.load(d / "distances.npy"),
                         positions=np.load(d / "positions.npy"), k=meta["k"], eps=meta["eps"],
                         identity=identity, config=meta.get("config"), stats=meta.get("stats"))
+            for number in range(1, meta.get("cracks", 0) + 1):
+                index._apply_crack(d, number)
+            proxies = {key: np.load(d / "proxies" / name, mmap_mode="r")
+                       for key, name in meta.get("proxies", {}).items()}
         except (OSError, ValueError, KeyError) as exc:
             raise VidqlError(f"TASTI index in '{d}' is incomplete or corrupt ({exc}); "
                              "rebuild it") from None
-        if index.n_frames != meta["n_frames"] or len(index.positions) != meta["n_frames"]:
+        if index.n_frames != meta["n_frames"] or len(index.positions) != meta["n_frames"] \
+                or any(v.shape != (index.n_frames,) for v in proxies.values()):
             raise VidqlError(f"TASTI index in '{d}' is inconsistent (frame counts differ); "
                              "rebuild it")
+        index._proxies = proxies
         index.directory = d
         index._embeddings_file = (d / "embeddings.npy").resolve()
+        index._saved = {"cracks": meta.get("cracks", 0), "reps": len(index.rep_frames),
+                        "proxies": dict(meta.get("proxies", {}))}
+        index._changed = []
         return index
+
+    def _apply_crack(self, d: Path, number: int) -> None:
+        with np.load(d / "cracks" / f"{number}.npz") as z:
+            rows = z["rows"]
+            self.distances[rows] = z["distances"]
+            self.positions[rows] = z["positions"]
+            self.rep_frames = np.concatenate([self.rep_frames, z["reps"]])
+        self.labels = pd.concat([self.labels, pd.read_parquet(d / "cracks" / f"{number}.parquet")],
+                                ignore_index=True)
+
+
+def _remove_unlisted(d: Path, cracks: int, proxies: dict) -> None:
+    """Delete crack and proxy files the metadata does not list (left by older states)."""
+    keep = set(proxies.values())
+    for path in (d / "proxies").glob("*.npy"):
+        if path.name not in keep:
+            path.unlink(missing_ok=True)
+    for path in (d / "cracks").glob("*"):
+        number = path.name.split(".")[0]
+        if not number.isdigit() or int(number) > cracks or (cracks == 0):
+            path.unlink(missing_ok=True)
+
+
+def _atomic_parquet(df: pd.DataFrame, path: Path) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    df.to_parquet(tmp, index=False)
+    os.replace(tmp, path)
 
 
 def _atomic_save(path: Path, array: np.ndarray) -> None:

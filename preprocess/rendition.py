@@ -23,7 +23,9 @@ import numpy as np
 from vidql.engine.errors import ParameterError, VidqlError, VideoError
 from vidql.preprocess.frames import FrameReader, Size
 from vidql.preprocess.probe import VideoInfo, _reason, probe_video
+from vidql.engine.ranges import Bounds
 
+SHORT_SIDE = Bounds(16, 2160, whole=True)  # LOAD VIDEO ... WITH (rendition = px)
 VIDEO_FILE = "rendition.mp4"
 FRAMES_FILE = "frames.npy"
 MANIFEST_FILE = "rendition.json"
@@ -82,8 +84,7 @@ def make_rendition(src: str | os.PathLike, dst_dir: str | os.PathLike, short_sid
     Writes into `dst_dir` (created; an existing rendition there is replaced only when the new
     one is complete). The rendition is checked to hold exactly the frames it claims.
     """
-    if not 16 <= int(short_side) <= 2160:
-        raise ParameterError(f"rendition short side must be between 16 and 2160 px, got {short_side}")
+    short_side = SHORT_SIDE.check("rendition (short side in pixels)", short_side)
     if int(every) < 1:
         raise ParameterError(f"every must be at least 1, got {every}")
     info = info if info is not None else probe_video(src)

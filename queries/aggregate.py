@@ -21,18 +21,19 @@ from typing import Callable
 import numpy as np
 
 from vidql.engine.errors import ParameterError
+from vidql.engine.ranges import ABSOLUTE_ERROR, MIN_SAMPLES, RELATIVE_ERROR
 
 from .betting import betting_interval, mean_increments, predictable_variance, ratio_increments
 from .bounds import (SERFLING_KAPPA, RunningMoments, epoch_checkpoints, epoch_delta,
                      eb_serfling_halfwidth, serfling_rho)
 from .oracle_calls import DistinctOracle, as_values, split_pair
 from .results import AggregateResult
-from .validation import (check_confidence, check_int, check_positive, check_scores,
-                         check_value_range, make_rng)
+from .validation import (check_confidence, check_int, check_scores, check_value_range,
+                         make_rng)
 
 BOUNDS = ("bernstein", "betting")
 # Without a declared value range, the range is read off the sample (no guarantee then);
-# never stop before this many samples in that case.
+# never stop before this many samples (for AVG ... WHERE: samples where the predicate holds).
 MIN_SAMPLES_WITHOUT_RANGE = 30
 
 
@@ -43,6 +44,8 @@ class _Sampler:
         self.n = n
         self.order = rng.permutation(n)
         self.oracle = DistinctOracle(true_values, n)
+        # a callback may label ahead: told the coming frames, it labels a batch at once
+        self.ahead = getattr(true_values, "ahead", None)
         self.batch = batch
         self.taken = 0
 
@@ -50,6 +53,8 @@ class _Sampler:
         """Label frames until t are labelled; yields (frames, callback output) per batch."""
         while self.taken < t:
             chunk = self.order[self.taken:min(t, self.taken + self.batch)]
+            if self.ahead is not None:
+                self.ahead(self.order[self.taken:], chunk.size)
             self.taken += chunk.size
             yield chunk, self.oracle(chunk)
 
@@ -58,12 +63,15 @@ class _Sampler:
         return np.sort(self.order[:self.taken])
 
 
-def _check_common(n, error, confidence, batch, max_samples, seed, value_range, bound):
+def _check_common(n, error, relative, confidence, batch, max_samples, seed, value_range,
+                  bound):
     n = check_int("n", n, 1)
-    error = check_positive("error", error)
+    error = (RELATIVE_ERROR if relative else ABSOLUTE_ERROR).check(
+        "relative error" if relative else "error", error)
     confidence = check_confidence(confidence)
     batch = check_int("batch", batch, 1)
-    limit = n if max_samples is None else min(n, check_int("max_samples", max_samples, 2))
+    limit = n if max_samples is None else min(n, check_int("max_samples", max_samples,
+                                                           MIN_SAMPLES))
     if bound not in BOUNDS:
         raise ParameterError(f"bound must be one of {BOUNDS}; got {bound!r}")
     return n, error, confidence, batch, limit, make_rng(seed), check_value_range(value_range)
@@ -88,13 +96,15 @@ def _check_inside(values: np.ndarray, value_range) -> None:
 
 def _bets(d: np.ndarray, width: float, error: float, relative: bool,
           scale: np.ndarray | None = None) -> np.ndarray:
-    """Predictable bets aimed at resolving the answer to within the error asked."""
+    """Predictable bets aimed at resolving the answer to within the error asked (an error
+    wider than the value range resolves nothing more, so the aim is capped there)."""
     var = np.maximum(predictable_variance(d, (width / 2.0) ** 2), 1e-12)
     if relative:
         prev = np.concatenate([[0.0], np.cumsum(d[:-1])]) / np.maximum(np.arange(d.size), 1)
         target = error * np.maximum(np.abs(prev), 1e-12)
     else:
         target = np.full(d.size, error)
+    target = np.minimum(target, max(width, 1e-12))
     if scale is not None:
         target = target * scale
     return target / var
@@ -110,9 +120,13 @@ def _growth(bound: str, beta: float | None) -> float:
     return beta
 
 
-def _tolerance(error: float, relative: bool, estimate: float) -> float:
-    """How precisely interval edges are located: far below the error asked for."""
-    return 1e-4 * error * (max(abs(estimate), 1e-9) if relative else 1.0)
+def _tolerance(error: float, relative: bool, estimate: float, low: float, high: float) -> float:
+    """How precisely the edges of an interval within [low, high] are located: far below
+    both the error asked for and the width of the range (an error of 1e6 on values in
+    [0, 50] must still locate the edges inside [0, 50])."""
+    asked = error * (max(abs(estimate), 1e-9) if relative else 1.0)
+    floor = 1e-12 * max(1.0, abs(low), abs(high))
+    return max(1e-4 * min(asked, high - low), floor)
 
 
 def aggregate_error_bound(n: int, true_values: Callable[[np.ndarray], np.ndarray], *,
@@ -134,7 +148,7 @@ def aggregate_error_bound(n: int, true_values: Callable[[np.ndarray], np.ndarray
     labelling all n frames gives the exact answer.
     """
     n, error, confidence, batch, limit, rng, value_range = _check_common(
-        n, error, confidence, batch, max_samples, seed, value_range, bound)
+        n, error, relative, confidence, batch, max_samples, seed, value_range, bound)
     if proxy is not None:
         proxy = check_scores("proxy", proxy, n)
         proxy_stats = (float(proxy.mean()), float(proxy.min()), float(proxy.max()))
@@ -184,9 +198,9 @@ def aggregate_error_bound(n: int, true_values: Callable[[np.ndarray], np.ndarray
                 y_all, n, y_range, None if proxy is None else proxy[sampler.order[:t]],
                 proxy_stats if proxy is not None else None)
             bets = _bets(d, y_range[1] - y_range[0], error, relative)
-            low, high = betting_interval(increments, bets, max(y_range[0], feasible[0]),
-                                         min(y_range[1], feasible[1]), delta,
-                                         _tolerance(error, relative, estimate))
+            low, high = max(y_range[0], feasible[0]), min(y_range[1], feasible[1])
+            low, high = betting_interval(increments, bets, low, high, delta,
+                                         _tolerance(error, relative, estimate, low, high))
         estimate = float(min(max(estimate, low), high))
         details.update(checks=j, c=float(c))
         if _stop(estimate, low, high, error, relative) and (
@@ -245,7 +259,7 @@ def aggregate_ratio_error_bound(n: int, true_values: Callable, *, error: float,
     sampled frame satisfies the predicate.
     """
     n, error, confidence, batch, limit, rng, value_range = _check_common(
-        n, error, confidence, batch, max_samples, seed, value_range, bound)
+        n, error, relative, confidence, batch, max_samples, seed, value_range, bound)
     delta = 1.0 - confidence
     sampler = _Sampler(n, true_values, rng, batch)
     moments = RunningMoments(2)
@@ -292,10 +306,11 @@ def aggregate_ratio_error_bound(n: int, true_values: Callable, *, error: float,
             scale = rate_prev * (np.maximum(np.abs(ratio_prev), 1e-12) if relative else 1.0)
             bets = _bets(d, width, error, False, scale)
             low, high = betting_interval(ratio_increments(a, b, n, x_range), bets, *x_range,
-                                         delta, _tolerance(error, relative, estimate))
+                                         delta, _tolerance(error, relative, estimate, *x_range))
         estimate = float(min(max(estimate, low), high))
+        # without a value range, the range of stat is read off the predicate frames seen
         if _stop(estimate, low, high, error, relative) and (
-                value_range or t >= MIN_SAMPLES_WITHOUT_RANGE):
+                value_range or mean_b * t >= MIN_SAMPLES_WITHOUT_RANGE - 0.5):
             details["met"] = True
             break
     details["positives_sampled"] = int(round(moments.mean[1] * moments.count))

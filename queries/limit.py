@@ -6,6 +6,8 @@ from typing import Callable
 
 import numpy as np
 
+from vidql.engine.ranges import GAP, LIMIT_ROWS, MIN_LIMIT_CALLS
+
 from .oracle_calls import DistinctOracle, as_flags
 from .results import SelectionResult
 from .validation import check_int, check_scores, make_rng
@@ -30,10 +32,10 @@ def limit_query(proxy: np.ndarray, predicate: Callable[[np.ndarray], np.ndarray]
     """
     proxy = check_scores("proxy", proxy)
     n = proxy.size
-    k = check_int("k", k, 1)
-    gap = check_int("gap", gap, 0)
+    k = LIMIT_ROWS.check("k", k)
+    gap = GAP.check("gap", gap)
     batch = check_int("batch", batch, 1)
-    max_calls = n if max_calls is None else check_int("max_calls", max_calls, 1)
+    max_calls = n if max_calls is None else check_int("max_calls", max_calls, MIN_LIMIT_CALLS)
     rng = make_rng(seed)
     order = proxy_order(proxy, rng)
     oracle = DistinctOracle(predicate, n)

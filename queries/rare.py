@@ -16,6 +16,7 @@ from typing import Callable
 import numpy as np
 
 from vidql.engine.errors import ParameterError
+from vidql.engine.ranges import MIN_RARE_BUDGET
 
 from .oracle_calls import DistinctOracle, as_flags
 from .results import RareResult
@@ -79,7 +80,7 @@ def find_rare(embeddings: np.ndarray, predicate: Callable[[np.ndarray], np.ndarr
         raise ParameterError("embeddings must be a finite (frames, dims) array; got shape "
                              f"{emb.shape}")
     n = emb.shape[0]
-    budget = check_int("budget", budget, 1)
+    budget = check_int("budget", budget, MIN_RARE_BUDGET)
     radius = check_int("radius", radius, 0)
     batch = check_int("batch", batch, 1)
     if max_rounds is not None:

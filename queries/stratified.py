@@ -17,6 +17,7 @@ from typing import Callable, Hashable
 import numpy as np
 
 from vidql.engine.errors import OracleError, ParameterError
+from vidql.engine.ranges import DEFAULT_STRATA
 
 from .oracle_calls import DistinctOracle, as_flags, as_values
 from .results import AggregateResult
@@ -31,7 +32,8 @@ NO_POSITIVE_NOTE = ("no sampled frame satisfies the predicate: the estimate is N
 
 
 def aggregate_budget(proxy: np.ndarray, true_values: Callable, *, budget: int,
-                     agg: str = "avg", confidence: float = 0.95, strata: int = 5, seed=0,
+                     agg: str = "avg", confidence: float = 0.95,
+                     strata: int = DEFAULT_STRATA, seed=0,
                      value_range: tuple[float, float] | None = None,
                      pilot_fraction: float = 0.5,
                      floor_fraction: float = 0.1) -> AggregateResult:
@@ -50,8 +52,9 @@ def aggregate_budget(proxy: np.ndarray, true_values: Callable, *, budget: int,
 
 
 def aggregate_budget_grouped(proxy: np.ndarray, true_values: Callable, *, budget: int,
-                             agg: str = "avg", confidence: float = 0.95, strata: int = 5,
-                             seed=0, value_range: tuple[float, float] | None = None,
+                             agg: str = "avg", confidence: float = 0.95,
+                             strata: int = DEFAULT_STRATA, seed=0,
+                             value_range: tuple[float, float] | None = None,
                              pilot_fraction: float = 0.5,
                              floor_fraction: float = 0.1) -> dict[Hashable, AggregateResult]:
     """GROUP BY a small categorical per-frame column, under one shared budget.

@@ -19,6 +19,8 @@ from typing import Callable
 import numpy as np
 from scipy import stats
 
+from vidql.engine.ranges import MIN_SUPG_BUDGET, PRECISION_TARGET
+
 from .bounds import hypergeom_lower_count
 from .limit import proxy_order
 from .oracle_calls import DistinctOracle, as_flags
@@ -26,7 +28,7 @@ from .results import SelectionResult
 from .validation import (check_confidence, check_fraction, check_int, check_scores,
                          make_rng)
 
-MIN_BUDGET = 10
+MIN_BUDGET = MIN_SUPG_BUDGET
 
 
 def sampling_distribution(proxy: np.ndarray, uniform_mix: float = 0.1) -> np.ndarray:
@@ -75,7 +77,7 @@ def _draw_distinct(q: np.ndarray, distinct: int,
 
 def _validate(proxy, target, confidence, budget, uniform_mix, seed):
     proxy = check_scores("proxy", proxy)
-    target = check_fraction("target", target, inclusive_high=False)
+    target = PRECISION_TARGET.check("target", target)
     confidence = check_confidence(confidence)
     budget = check_int("budget", budget, MIN_BUDGET)
     uniform_mix = check_fraction("uniform_mix", uniform_mix)

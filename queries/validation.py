@@ -7,21 +7,14 @@ import math
 import numpy as np
 
 from vidql.engine.errors import ParameterError
+from vidql.engine.ranges import CONFIDENCE, SEED
 
 
 def check_confidence(confidence: float) -> float:
     """Confidence must lie strictly between 0 and 1 (a percentage is given as 0.95)."""
-    if not isinstance(confidence, (int, float, np.floating)) or not 0.0 < confidence < 1.0:
+    if confidence not in CONFIDENCE:
         raise ParameterError(f"confidence must be in (0, 1), e.g. 0.95 for 95%; got {confidence!r}")
     return float(confidence)
-
-
-def check_positive(name: str, value: float) -> float:
-    """A finite number > 0."""
-    if (not isinstance(value, (int, float, np.integer, np.floating)) or not math.isfinite(value)
-            or value <= 0):
-        raise ParameterError(f"{name} must be a finite number > 0; got {value!r}")
-    return float(value)
 
 
 def check_int(name: str, value: int, minimum: int) -> int:
@@ -72,7 +65,7 @@ def make_rng(seed) -> np.random.Generator:
     """A Generator from an int seed or an existing Generator (used as is)."""
     if isinstance(seed, np.random.Generator):
         return seed
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+    if not isinstance(seed, (int, np.integer)) or seed not in SEED:
         raise ParameterError(
             f"seed must be a non-negative integer or numpy Generator; got {seed!r}")
     return np.random.default_rng(int(seed))

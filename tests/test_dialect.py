@@ -1,6 +1,7 @@
 """The vidql dialect parser: sql.md's examples, clause values and ranges, the kind rule,
 error positions, scripts, and a seeded fuzz (every input parses or raises QueryError)."""
 import itertools
+import os
 import json
 import re
 from pathlib import Path
@@ -337,7 +338,7 @@ def _fuzz_bases() -> list[str]:
     bases = [t.rstrip(";") for t, _ in CATALOG_EXAMPLES] + [t.rstrip(";") for t, _, _ in
                                                                QUERY_EXAMPLES]
     bases += ["SELECT AVG(objects('car')) FROM night n WHERE contains('bus') AND frame < 9 "
-              "GROUP BY contains('truck') ORACLE BUDGET 9 SEED 2 USING INDEX i",
+              "GROUP BY contains('truck') ORACLE BUDGET 10 SEED 2 USING INDEX i",
               "EXPLAIN SELECT frame FROM night WHERE contains('bus') LIMIT 3 GAP 2 USING ORACLE o",
               "SELECT frame, ts, CAST(objects('car') AS INT) AS c FROM night AS n WHERE "
               "(objects('car') + objects('truck') >= 5 OR NOT contains('bus')) AND n.frame "
@@ -430,3 +431,70 @@ def test_fuzz_scripts_keep_positions_in_the_whole_script():
             assert err.position >= start, (script, err)
             continue
         assert len(stmts) == 3
+
+
+# ---- clause ranges: the parser and the operators agree (issue 9, item 6)
+
+AGG = "SELECT AVG(objects('car')) FROM night "
+SEL = "SELECT frame FROM night WHERE contains('bus') "
+
+
+def _run_operator(q) -> None:
+    """Run the operator a query of this kind uses, with the parsed clause values, on a
+    small synthetic population: a value the parser accepts must not fail there."""
+    from vidql import queries
+
+    n, c = 400, q.clauses
+    rng = np.random.default_rng(0)
+    values = rng.poisson(2.0, n).astype(float)
+    proxy = values + rng.normal(0, 1, n)
+    flags = lambda f: values[f] >= 3
+    conf = c.confidence if c.confidence is not None else 0.95
+    seed = c.seed if c.seed is not None else 0
+    if q.kind == "aggregate":
+        queries.aggregate_error_bound(n, lambda f: values[f], error=c.error,
+                                      relative=c.error_relative, confidence=conf, seed=seed,
+                                      max_samples=c.budget, bound="betting")
+    elif q.kind == "aggregate_budget":
+        queries.aggregate_budget(proxy, lambda f: (values[f], np.ones(f.size, bool)),
+                                 budget=c.budget, confidence=conf, seed=seed)
+    elif q.kind == "limit":
+        queries.limit_query(proxy, flags, k=q.limit, gap=c.gap or 0, seed=seed,
+                            max_calls=c.budget)
+    elif q.kind in ("select_recall", "select_precision"):
+        op = queries.recall_binomial if q.kind == "select_recall" else queries.supg_precision
+        target = c.recall_target if q.kind == "select_recall" else c.precision_target
+        op(proxy, flags, target=target, confidence=conf, budget=c.budget, seed=seed)
+    else:
+        queries.find_rare(proxy[:, None], flags, budget=c.budget, seed=seed)
+
+
+@pytest.mark.parametrize("accepted, rejected", [
+    (AGG + "ERROR WITHIN 0.1 CONFIDENCE 99.9%", AGG + "ERROR WITHIN 0.1 CONFIDENCE 100%"),
+    (AGG + "ERROR WITHIN 0.1 CONFIDENCE 0.1%", AGG + "ERROR WITHIN 0.1 CONFIDENCE 0%"),
+    (AGG + "ERROR WITHIN 0.1 CONFIDENCE 0.999", AGG + "ERROR WITHIN 0.1 CONFIDENCE 1.0"),
+    (AGG + "ERROR WITHIN 0.000001", AGG + "ERROR WITHIN 0"),
+    (AGG + "ERROR WITHIN 1e308", AGG + "ERROR WITHIN 1e400"),
+    (AGG + "ERROR WITHIN 99.9%", AGG + "ERROR WITHIN 100%"),
+    (AGG + "ERROR WITHIN 0.1%", AGG + "ERROR WITHIN 0%"),
+    (AGG + "ERROR WITHIN 0.5 ORACLE BUDGET 2", AGG + "ERROR WITHIN 0.5 ORACLE BUDGET 1"),
+    (AGG + "ORACLE BUDGET 10", AGG + "ORACLE BUDGET 9"),
+    (SEL + "LIMIT 2 ORACLE BUDGET 1", SEL + "LIMIT 2 ORACLE BUDGET 0"),
+    (SEL + "LIMIT 2 GAP 0", SEL + "LIMIT 2 ORACLE BUDGET 5 GAP -1"),
+    (SEL + "LIMIT 2 SEED 0", SEL + "LIMIT 2 ORACLE BUDGET 5 SEED -1"),
+    (SEL + "RECALL TARGET 100% ORACLE BUDGET 10", SEL + "RECALL TARGET 100.1% ORACLE BUDGET 10"),
+    (SEL + "RECALL TARGET 0.1% ORACLE BUDGET 10", SEL + "RECALL TARGET 0% ORACLE BUDGET 10"),
+    (SEL + "RECALL TARGET 90% ORACLE BUDGET 10", SEL + "RECALL TARGET 90% ORACLE BUDGET 9"),
+    (SEL + "PRECISION TARGET 0.999 ORACLE BUDGET 10",
+     SEL + "PRECISION TARGET 1 ORACLE BUDGET 10"),
+    (SEL + "PRECISION TARGET 90% ORACLE BUDGET 10", SEL + "PRECISION TARGET 90% ORACLE BUDGET 9"),
+    (SEL + "FIND RARE ORACLE BUDGET 1", SEL + "FIND RARE ORACLE BUDGET 0"),
+])
+def test_each_clause_at_and_beyond_its_bounds(accepted, rejected):
+    """A value at a bound parses and runs in the operator; one just beyond it gets one
+    positioned QueryError that names the allowed range."""
+    _run_operator(parse(accepted))
+    err = _error(rejected)
+    shared = len(os.path.commonprefix([accepted, rejected]))
+    assert err.position is not None and err.position >= shared - 16, (err.position, str(err))
+    assert re.search(r"[\[(]0%?, |>= ?\d|> 0", str(err)), str(err)

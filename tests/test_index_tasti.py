@@ -100,8 +100,13 @@ def test_save_load_gives_identical_proxies_without_recomputing(built, tmp_path, 
     assert np.array_equal(loaded.rep_frames, index.rep_frames)
     assert loaded.stats == index.stats and loaded.identity == index.identity
     monkeypatch.undo()
-    new = loaded.proxy("contains('person')")  # computed from stored neighbours, then cached on disk
+    files = sorted((tmp_path / "idx").rglob("*"))
+    new = loaded.proxy("contains('person')")  # computed from stored neighbours, in memory only
     assert np.array_equal(new, index.proxy("contains('person')"))
+    assert sorted((tmp_path / "idx").rglob("*")) == files  # proxy() never writes
+    stamp = (tmp_path / "idx" / "distances.npy").stat().st_mtime_ns
+    loaded.save(tmp_path / "idx")  # adds the new proxy file, rewrites nothing else
+    assert (tmp_path / "idx" / "distances.npy").stat().st_mtime_ns == stamp
     monkeypatch.setattr(tasti, "propagate", fail)
     assert np.array_equal(TastiIndex.load(tmp_path / "idx").proxy("contains('person')"), new)
 
@@ -143,20 +148,48 @@ def test_cracking_makes_new_frames_exact_and_equals_a_full_search(toy):
         index.add_labels(detections, [N_FRAMES])
 
 
-def test_cracking_a_saved_index_invalidates_its_proxies(toy, tmp_path):
+def test_cracking_a_saved_index_appends_to_it_and_replaces_its_proxies(toy, tmp_path):
     index = fresh_pixel_index(toy, reps=100)
-    index.save(tmp_path / "idx")
+    d = index.save(tmp_path / "idx")
     old = index.proxy(CAR).copy()
-    assert len(list((tmp_path / "idx" / "proxies").glob("*.npy"))) == 1
+    index.save(d)
+    assert len(list((d / "proxies").glob("*.npy"))) == 1
     frames = np.flatnonzero(unlabelled(index))[:50]
+    files = {p: p.stat().st_mtime_ns for p in d.rglob("*")}
     index.add_labels(toy.labels[toy.labels["frame"].isin(frames)], frames)
-    assert not list((tmp_path / "idx" / "proxies").glob("*.npy"))
+    assert {p: p.stat().st_mtime_ns for p in d.rglob("*")} == files  # no disk I/O
     new = index.proxy(CAR)
     assert not np.array_equal(new, old)
-    index.save(tmp_path / "idx")
-    reloaded = TastiIndex.load(tmp_path / "idx")
+    index.save(d)
+    for name in ("distances.npy", "positions.npy", "rep_frames.npy", "labels.parquet",
+                 "embeddings.npy"):
+        assert (d / name).stat().st_mtime_ns == files[d / name]  # appended, not rewritten
+    assert sorted(p.name for p in (d / "cracks").iterdir()) == ["1.npz", "1.parquet"]
+    assert len(list((d / "proxies").glob("*.npy"))) == 1  # the stale proxy is gone
+    reloaded = TastiIndex.load(d)
     assert len(reloaded.rep_frames) == 150
     assert np.array_equal(reloaded.proxy(CAR), new)
+    assert np.array_equal(reloaded.positions, index.positions)
+    assert np.array_equal(reloaded.distances, index.distances)
+    pd.testing.assert_frame_equal(reloaded.labels, index.labels)
+
+
+def test_incremental_cracking_equals_a_full_recompute(toy, tmp_path):
+    index = fresh_pixel_index(toy, reps=100)
+    d = index.save(tmp_path / "idx")
+    rng = np.random.default_rng(3)
+    for step in range(3):  # cracks saved one after another, then reloaded
+        frames = rng.choice(np.flatnonzero(unlabelled(index)), size=40, replace=False)
+        index.add_labels(toy.labels[toy.labels["frame"].isin(frames)], frames)
+        index.save(d)
+        index = TastiIndex.load(d)
+    dist, pos = nearest(index.embeddings, index.embeddings[index.rep_frames], index.k)
+    full = TastiIndex(embeddings=index.embeddings, rep_frames=index.rep_frames,
+                      labels=index.labels, distances=dist, positions=pos, k=index.k)
+    scale = float((np.asarray(index.embeddings, dtype=np.float64) ** 2).sum(axis=1).max())
+    assert np.allclose(index.distances ** 2, dist ** 2, rtol=1e-4, atol=1e-5 * scale)
+    for expr in (CAR, "contains('bus')"):
+        assert np.allclose(index.proxy(expr), full.proxy(expr), rtol=1e-4, atol=1e-6)
 
 
 def test_pixel_index_uses_reps_labels_and_seeds_reproduce(toy):
@@ -190,3 +223,53 @@ def test_label_fn_columns_are_checked(toy):
 
     with pytest.raises(VidqlError, match="lack column"):
         TastiIndex.build(toy, bad_oracle, reps=20, embedder="pixel", progress=False)
+
+
+CRACKER = """
+import sys, numpy as np
+sys.path.insert(0, {tests!r})
+from test_index_source import ToyTraffic
+from vidql.indexes import TastiIndex
+toy = ToyTraffic(n_frames={n}, seed=0)
+index = TastiIndex.load({d!r})
+rng = np.random.default_rng(0)
+for step in range(1, 10_000):
+    free = np.setdiff1d(np.arange(index.n_frames), index.rep_frames)
+    frames = rng.choice(free, size=5, replace=False)
+    index.add_labels(toy.labels[toy.labels["frame"].isin(frames)], frames)
+    index.proxy("objects('car')")
+    index.save({d!r})
+    with open({marker!r}, "a") as fh:
+        fh.write(f"{{step}}\\n")
+"""
+
+
+def test_sigkill_while_cracking_leaves_a_loadable_consistent_index(toy, tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    index = fresh_pixel_index(toy, reps=100)
+    d, marker = index.save(tmp_path / "idx"), tmp_path / "saves.txt"
+    script = CRACKER.format(tests=str(Path(__file__).parent), n=N_FRAMES, d=str(d),
+                            marker=str(marker))
+    child = subprocess.Popen([sys.executable, "-c", script], stderr=subprocess.PIPE)
+    deadline = time.time() + 120
+    while time.time() < deadline and not (marker.exists() and len(marker.read_text().split()) >= 8):
+        if child.poll() is not None:
+            pytest.fail(f"child ended early: {child.stderr.read().decode()}")
+        time.sleep(0.01)
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait()
+    saved = len(marker.read_text().split())
+    loaded = TastiIndex.load(d)
+    assert len(loaded.rep_frames) - 100 in (5 * saved, 5 * saved + 5)
+    assert set(loaded.labels["frame"]) <= set(loaded.rep_frames.tolist())
+    dist, _ = nearest(loaded.embeddings, loaded.embeddings[loaded.rep_frames], loaded.k)
+    scale = float((np.asarray(loaded.embeddings, dtype=np.float64) ** 2).sum(axis=1).max())
+    assert np.allclose(loaded.distances ** 2, dist ** 2, rtol=1e-4, atol=1e-5 * scale)
+    truth = toy.truth(CAR)
+    assert np.array_equal(loaded.proxy(CAR)[loaded.rep_frames], truth[loaded.rep_frames])

@@ -6,6 +6,7 @@ import torch
 from test_index_source import CountingOracle, ToyTraffic
 
 from vidql.engine.errors import VidqlError
+from vidql.indexes.network import cpu_threads
 from vidql.indexes import (TastiIndex, find_pretrained_weights, label_closeness,
                            pretrained_embeddings, sample_triplets, train_triplet_network)
 
@@ -101,3 +102,30 @@ def test_pretrained_embedder_loads_local_weights_from_the_hub_cache(tmp_path, mo
     (checkpoints / "resnet18-f37072fd.pth").write_bytes(b"not a checkpoint")
     with pytest.raises(VidqlError, match="cannot load"):
         pretrained_embeddings(toy, size=(64, 36), progress=False)
+
+
+def test_training_is_seeded_without_touching_torch_global_state():
+    toy = ToyTraffic(n_frames=300, seed=5)
+    frames = np.arange(0, 300, 3)
+    counts, close = label_closeness(toy.labels, frames)
+    torch.manual_seed(123)
+    state, threads = torch.get_rng_state(), torch.get_num_threads()
+    runs = [train_triplet_network(toy.read(frames), close, counts, frames, dim=8, triplets=200,
+                                  seed=4, progress=False)[0] for _ in range(2)]
+    assert torch.equal(torch.get_rng_state(), state) and torch.get_num_threads() == threads
+    with torch.inference_mode():
+        from vidql.indexes.network import to_tensor
+        z = [m(to_tensor(toy.read(frames[:10]))) for m in runs]
+    assert torch.equal(z[0], z[1])  # the same seed trains the same network
+
+
+def test_held_out_frames_stop_training_before_the_cap():
+    toy = ToyTraffic(n_frames=300, seed=5)
+    frames = np.arange(0, 300, 3)
+    counts, close = label_closeness(toy.labels, frames)
+    with cpu_threads(1):
+        _, fit = train_triplet_network(toy.read(frames), close, counts, frames, dim=8, lr=0.05,
+                                       triplets=100_000, min_window=300, seed=0,
+                                       progress=False)
+    assert fit["held_out_frames"] == 15 and fit["triplets"] < 100_000
+    assert fit["best_at_triplets"] < fit["triplets"] and np.isfinite(fit["held_out_loss"])

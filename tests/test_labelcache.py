@@ -94,3 +94,20 @@ def test_sigkill_midway_keeps_committed_batches(counter_clip, oracle_module, tmp
         cache.ensure(np.arange(120))
         assert sum(oracle_module.CALLS) == 120 - done
         assert db.con.execute("SELECT count(*) FROM vidql.labelled").fetchall()[0][0] == 120
+
+
+def test_frame_recorded_meanwhile_is_skipped(small_traffic, tmp_path):
+    """Frames are inserted plainly (fast); one recorded in the catalog after the cache read
+    it (here by a direct statement) is skipped, not an error, and keeps its row."""
+    video, labels = small_traffic
+    with vidql.connect(tmp_path / "m.db", progress=False) as db:
+        db.sql(f"LOAD VIDEO '{video}' AS t; CREATE ORACLE truth FROM LABELS '{labels}'; "
+               "SET ORACLE t = truth")
+        cache = db.labels("t")
+        db.con.execute("INSERT INTO vidql.labelled VALUES ('t', ?, 7, 99)",
+                       [cache.oracle.identity])
+        cache.ensure(np.arange(5, 15))
+        assert cache.stats.oracle_calls == 10
+        rows = db.con.execute("SELECT frame, detections FROM vidql.labelled ORDER BY frame"
+                              ).fetchall()
+        assert [f for f, _ in rows] == list(range(5, 15)) and rows[2] == (7, 99)

@@ -197,10 +197,11 @@ def test_cracking_grows_the_index_and_changes_the_sample(tmp_path):
         reps, sample_seed = len(index.rep_frames), Binding(db, query).sampling_seed(11)
         plan = db.sql("EXPLAIN SELECT AVG(objects('car')) FROM v ERROR WITHIN 0.5 SEED 11").df()
         assert db.last_report.oracle_calls == 0  # EXPLAIN labels nothing
-        used = db.sql("SELECT AVG(objects('car')) FROM v ERROR WITHIN 0.5 SEED 11").df()["frames"][0]
-        assert db.last_report.oracle_calls > 0 and len(index.rep_frames) == reps
-        # the estimate assumes uniform sampling: control variates need no more
-        assert used <= plan["estimated_oracle_calls"][0] <= 1200
+        db.sql("SELECT AVG(objects('car')) FROM v ERROR WITHIN 0.5 SEED 11").df()
+        calls = db.last_report.oracle_calls
+        assert calls > 0 and len(index.rep_frames) == reps
+        # the estimate is a dry run of the operator (tests/test_explain.py: within 3x)
+        assert calls / 3 <= plan["estimated_oracle_calls"][0] <= 3 * calls
         # a statistic and a predicate of one frame are one label, counted once
         db.sql("SELECT AVG(objects('car')) FROM v WHERE objects('truck') >= 1 ORACLE BUDGET 300")
         assert db.last_report.oracle_calls + db.last_report.cache_hits <= 300
