@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Install, then run the whole test suite (slow statistical checks included). Extra
-# arguments go to pytest, e.g. `bash scripts/test.sh -m "not slow"`.
+# Install, lint (ruff: pyflakes, bugbear, complexity), then run the whole test suite (slow
+# statistical checks included). Extra arguments go to pytest, e.g.
+# `bash scripts/test.sh -m "not slow"`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install.sh
 VENV="${VIDQL_VENV:-.venv}"
+"$VENV/bin/python" -m ruff check .
 "$VENV/bin/python" -m pytest -q -p no:cacheprovider --durations=15 "$@"
