@@ -111,7 +111,7 @@ def traffic_populations(ctx: BenchContext) -> list[Population]:
 @functools.lru_cache(maxsize=2)
 def _traffic_populations(cache_dir: Path, n: int, seed: int) -> tuple[Population, ...]:
     from vidql.datasets import ensure_traffic, read_labels
-    from vidql.engine.errors import VidqlError
+    from vidql.errors import VidqlError
     from vidql.engine.framestat import evaluate
     from vidql.indexes import TastiIndex
     from vidql.preprocess.frames import FrameReader

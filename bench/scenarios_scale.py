@@ -61,7 +61,7 @@ QUERY_FIGURES = ("sql", "seconds", "oracle_calls", "cache_hits", "labels_used", 
 
 def scale_sizes(quick: bool) -> tuple[int, ...]:
     """Frame counts to run: VIDQL_SCALE_SIZES (comma-separated) or the quick/full defaults."""
-    from vidql.engine.errors import ParameterError
+    from vidql.errors import ParameterError
 
     text = os.environ.get("VIDQL_SCALE_SIZES", "").strip()
     if not text:
@@ -79,7 +79,7 @@ def scale_sizes(quick: bool) -> tuple[int, ...]:
 def build_options() -> tuple[dict, dict]:
     """(LOAD VIDEO options, CREATE INDEX options): LOAD_OPTIONS and INDEX_OPTIONS, or JSON
     objects in VIDQL_SCALE_LOAD and VIDQL_SCALE_INDEX."""
-    from vidql.engine.errors import ParameterError
+    from vidql.errors import ParameterError
 
     chosen = []
     for variable, default in (("VIDQL_SCALE_LOAD", LOAD_OPTIONS),

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from vidql.engine.errors import VidqlError
+from vidql.errors import VidqlError
 
 LABEL_COLUMNS = ["frame", "label", "score", "x1", "y1", "x2", "y2"]
 _FLOAT_COLUMNS = ["score", "x1", "y1", "x2", "y2"]

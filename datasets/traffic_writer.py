@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from vidql.engine.errors import ParameterError
+from vidql.errors import ParameterError
 
 from .synthetic import TrafficScene, progress_bar
 from .traffic_model import CHUNK

@@ -19,7 +19,7 @@ import duckdb
 import numpy as np
 import pandas as pd
 
-from .errors import CatalogError, OracleError, VideoError
+from vidql.errors import CatalogError, OracleError, VideoError
 from .labelcache import SCHEMA_SQL, LabelCache
 from .oracle import Oracle
 from .oracles import absolute_source, changed_sources, make_oracle

@@ -7,10 +7,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .errors import OracleError
+from vidql.errors import OracleError
 from .oracle import COCO_CLASSES, Oracle, detections_frame, file_digest
-from .oracles import BATCH_SIZE
-from .ranges import Bounds
+from vidql.ranges import BATCH_SIZE, Bounds
 
 YOLO_INPUT_PAD = 114
 SCORE = Bounds(0.0, 1.0)    # minimum detection confidence kept

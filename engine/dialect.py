@@ -39,7 +39,7 @@ from .dialect_statements import (DEFAULT_CONFIDENCE, INDEX_METHODS, QUERY_KINDS,
                                  DropVideo, LoadVideo, OutputColumn, PlainSQL, Query, SetOracle,
                                  ShowIndexes, ShowOracles, ShowVideos, Statement,
                                  AlterVideoPath, DropOracle)
-from .errors import QueryError
+from vidql.errors import QueryError
 
 __all__ = [
     "parse", "parse_script", "describe", "Statement", "Query", "Clauses", "Aggregate",

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from .dialect_lex import Cursor, Token, paren
 from .dialect_statements import Clauses
-from .errors import QueryError
-from .ranges import (ABSOLUTE_ERROR, BUDGET, CONFIDENCE, GAP, PRECISION_TARGET, RECALL_TARGET,
+from vidql.errors import QueryError
+from vidql.ranges import (ABSOLUTE_ERROR, BUDGET, CONFIDENCE, GAP, PRECISION_TARGET, RECALL_TARGET,
                      RELATIVE_ERROR, SEED, Bounds)
 
 TWO_WORD = {("ERROR", "WITHIN"): "error", ("ORACLE", "BUDGET"): "budget",

@@ -14,7 +14,7 @@ from functools import lru_cache
 
 import duckdb
 
-from .errors import QueryError
+from vidql.errors import QueryError
 
 _KINDS = {
     duckdb.token_type.identifier: "identifier",

@@ -15,7 +15,7 @@ from .dialect_clauses import (CLAUSE_HINT, NAMES, ONE_WORD, SECOND_WORDS, budget
                               read_tail, tail_start)
 from .dialect_lex import Token, byte_to_char, connection, paren
 from .dialect_statements import Aggregate, Clauses, OutputColumn, Query
-from .errors import QueryError
+from vidql.errors import QueryError
 from .framestat import FRAME_FUNCTIONS, parse_frame_expr
 
 APPROX_AGGREGATES = {"avg": "avg", "mean": "avg", "sum": "sum", "count": "count",

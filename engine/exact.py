@@ -10,7 +10,7 @@ import duckdb
 import numpy as np
 
 from .catalog import Catalog, _quote
-from .errors import QueryError
+from vidql.errors import QueryError
 from .framestat import FrameExpr, frame_table_sql, parse_frame_expr
 from .labelcache import LabelStats
 

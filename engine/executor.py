@@ -11,7 +11,7 @@ from .dialect import (AlterVideoPath, CreateIndex, CreateOracle, DropIndex, Drop
                       DropVideo, LoadVideo, PlainSQL, Query, SetOracle, ShowIndexes, ShowOracles,
                       ShowVideos, describe, parse_script)
 from .dialect_lex import tokenize
-from .errors import CatalogError, ParameterError, QueryError
+from vidql.errors import CatalogError, ParameterError, QueryError
 from .exact import run_exact
 from .framestat import parse_frame_expr
 from .result import Report, Result

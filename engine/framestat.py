@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from .dialect_lex import byte_to_char, connection
-from .errors import QueryError
+from vidql.errors import QueryError
 
 FRAME_FUNCTIONS = ("objects", "contains")
 DETECTION_COLUMNS = ["frame", "label", "score", "x1", "y1", "x2", "y2"]

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from .catalog import Catalog, check_name
-from .errors import CatalogError, ParameterError
+from vidql.errors import CatalogError, ParameterError
 
 INDEX_OPTIONS = {"train": int, "reps": int, "k": int, "seed": int, "embedder": str,
                  "size": int, "dim": int, "triplets": int}

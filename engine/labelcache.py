@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
-from .errors import OracleError, VidqlError
+from vidql.errors import OracleError, VidqlError
 from .framestat import (DETECTION_COLUMNS, FrameExpr, FrameStatistics, count_detections,
                         count_sql)
 from .oracle import Oracle, check_detections

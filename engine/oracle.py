@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .errors import OracleError
+from vidql.errors import OracleError
 from .framestat import DETECTION_COLUMNS
 
 COCO_CLASSES = (

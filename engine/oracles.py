@@ -9,12 +9,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .errors import OracleError
+from vidql.errors import OracleError
 from .oracle import Oracle, detections_frame, file_digest
-from .ranges import Bounds
+from vidql.ranges import BATCH_SIZE, Bounds
 
 ORACLE_KINDS = ("ONNX", "TORCHVISION", "LABELS", "PYTHON")
-BATCH_SIZE = Bounds(1, 4096, whole=True)  # frames per oracle call
 COST_MS = Bounds(0.0)                     # simulated milliseconds per frame
 
 

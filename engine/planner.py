@@ -11,7 +11,7 @@ import pandas as pd
 
 from .catalog import _quote
 from .dialect import Query
-from .errors import CatalogError, QueryError
+from vidql.errors import CatalogError, QueryError
 from .exact import bind_query
 from .framestat import FrameExpr, is_predicate, parse_frame_expr
 from .labelcache import LabelCache

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from ..engine.errors import VidqlError
+from vidql.errors import VidqlError
 from .network import to_tensor, torch_device
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from ..engine.errors import ParameterError, QueryError, VidqlError
+from vidql.errors import ParameterError, QueryError, VidqlError
 from ..engine.framestat import DETECTION_COLUMNS, FrameExpr, evaluate, parse_frame_expr
 from .embedders import (embed_source, find_pretrained_weights, network_embedder,
                         pixel_embeddings, pretrained_embeddings, source_length)

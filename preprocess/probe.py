@@ -19,7 +19,7 @@ from pathlib import Path
 
 import av
 
-from vidql.engine.errors import VideoError
+from vidql.errors import VideoError
 
 # Codecs for which, in a container that gives every packet a unique pts, one packet is one
 # displayed frame and the decoder's frame pts is the packet pts.

@@ -20,10 +20,10 @@ from typing import Iterator, Sequence
 import av
 import numpy as np
 
-from vidql.engine.errors import ParameterError, VidqlError, VideoError
+from vidql.errors import ParameterError, VidqlError, VideoError
 from vidql.preprocess.frames import FrameReader, Size
 from vidql.preprocess.probe import VideoInfo, _reason, probe_video
-from vidql.engine.ranges import Bounds
+from vidql.ranges import Bounds
 
 SHORT_SIDE = Bounds(16, 2160, whole=True)  # LOAD VIDEO ... WITH (rendition = px)
 VIDEO_FILE = "rendition.mp4"

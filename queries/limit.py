@@ -6,7 +6,7 @@ from typing import Callable
 
 import numpy as np
 
-from vidql.engine.ranges import GAP, LIMIT_ROWS, MIN_LIMIT_CALLS
+from vidql.ranges import GAP, LIMIT_ROWS, MIN_LIMIT_CALLS
 
 from .oracle_calls import DistinctOracle, as_flags
 from .results import SelectionResult

@@ -6,7 +6,7 @@ from typing import Callable
 
 import numpy as np
 
-from vidql.engine.errors import OracleError
+from vidql.errors import OracleError
 
 
 class DistinctOracle:

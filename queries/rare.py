@@ -15,8 +15,8 @@ from typing import Callable
 
 import numpy as np
 
-from vidql.engine.errors import ParameterError
-from vidql.engine.ranges import MIN_RARE_BUDGET
+from vidql.errors import ParameterError
+from vidql.ranges import MIN_RARE_BUDGET
 
 from .oracle_calls import DistinctOracle, as_flags
 from .results import RareResult

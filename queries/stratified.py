@@ -16,8 +16,8 @@ from typing import Callable, Hashable
 
 import numpy as np
 
-from vidql.engine.errors import OracleError, ParameterError
-from vidql.engine.ranges import DEFAULT_STRATA
+from vidql.errors import OracleError, ParameterError
+from vidql.ranges import DEFAULT_STRATA
 
 from .oracle_calls import DistinctOracle, as_flags, as_values
 from .results import AggregateResult

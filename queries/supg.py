@@ -19,7 +19,7 @@ from typing import Callable
 import numpy as np
 from scipy import stats
 
-from vidql.engine.ranges import MIN_SUPG_BUDGET, PRECISION_TARGET
+from vidql.ranges import MIN_SUPG_BUDGET, PRECISION_TARGET
 
 from .bounds import hypergeom_lower_count
 from .limit import proxy_order

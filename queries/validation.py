@@ -6,8 +6,8 @@ import math
 
 import numpy as np
 
-from vidql.engine.errors import ParameterError
-from vidql.engine.ranges import CONFIDENCE, SEED
+from vidql.errors import ParameterError
+from vidql.ranges import CONFIDENCE, SEED
 
 
 def check_confidence(confidence: float) -> float:

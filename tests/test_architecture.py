@@ -28,6 +28,10 @@ ALLOWED = {
 }
 
 
+# known debts (ARCHITECTURE.md, "Known debts"): the one arrow against the layers still in place
+EXCEPTIONS = {("vidql.indexes.tasti", "vidql.engine.framestat")}
+
+
 def _module_name(path: Path) -> str:
     package = FOLDERS[path.parent.name]
     return package if path.stem == "__init__" else f"{package}.{path.stem}"
@@ -38,7 +42,7 @@ def _modules() -> dict[str, Path]:
 
 
 def _layer(module: str) -> str:
-    if module == "vidql.errors":
+    if module in ("vidql.errors", "vidql.ranges"):  # dependency-free definitions
         return "errors"
     parts = module.split(".")
     if len(parts) > 1 and parts[1] in ALLOWED and parts[1] not in ("errors", "front"):
@@ -78,7 +82,8 @@ def _graph() -> dict[str, set[str]]:
 def test_imports_point_downwards():
     wrong = [f"{m} ({_layer(m)}) imports {t} ({_layer(t)})"
              for m, targets in _graph().items() for t in sorted(targets)
-             if _layer(t) != _layer(m) and _layer(t) not in ALLOWED[_layer(m)]]
+             if _layer(t) != _layer(m) and _layer(t) not in ALLOWED[_layer(m)]
+             and (m, t) not in EXCEPTIONS]
     assert not wrong, "imports that break the layering:\n" + "\n".join(wrong)
 
 

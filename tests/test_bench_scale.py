@@ -9,7 +9,7 @@ from vidql.bench.registry import BenchContext
 from vidql.bench.runner import run
 from vidql.bench.scenarios_scale import (QUERY_FIGURES, build_options, scale_sizes,
                                          with_clause)
-from vidql.engine.errors import ParameterError
+from vidql.errors import ParameterError
 
 N_FRAMES = 1000
 # a tiny triplet index: ~40 s of CPU for the whole scenario (a pixel index is cheaper to
@@ -20,6 +20,7 @@ KINDS = {"error_within": "ERROR WITHIN", "count_predicate": "COUNT(*)", "budget"
          "precision_target": "PRECISION TARGET", "find_rare": "FIND RARE"}  # the kinds of sql.md
 
 
+@pytest.mark.slow
 def test_scale_scenario_reports_every_figure(tmp_path, monkeypatch):
     monkeypatch.setenv("VIDQL_SCALE_SIZES", str(N_FRAMES))
     monkeypatch.setenv("VIDQL_SCALE_INDEX", json.dumps(TINY_INDEX))

@@ -6,7 +6,7 @@ import shutil
 import pytest
 
 import vidql
-from vidql.engine.errors import CatalogError, OracleError, QueryError, VideoError
+from vidql.errors import CatalogError, OracleError, QueryError, VideoError
 
 
 def test_load_video_registers_table(counter_clip, tmp_path):
@@ -86,6 +86,7 @@ def test_oracle_errors(tmp_path):
         assert db.oracles().empty
 
 
+@pytest.mark.slow
 def test_torchvision_oracle_from_weights_file(tmp_path, counter_clip):
     """A user's own checkpoint loads (here an untrained one, saved by the test)."""
     import torch

@@ -11,6 +11,7 @@ from conftest import shared_path
 pytestmark = pytest.mark.shared
 
 
+@pytest.mark.slow
 def test_yolox_matches_reference_labels_on_ua_detrac():
     video = shared_path("data", "ua_detrac.mp4")
     model = shared_path("models", "yolox_nano.onnx")

@@ -14,7 +14,7 @@ from vidql.engine.dialect import (Clauses, CreateIndex, CreateOracle, DropIndex,
                                   LoadVideo, PlainSQL, Query, SetOracle, ShowIndexes, ShowOracles,
                                   ShowVideos, describe, parse, parse_script)
 from vidql.engine.dialect_lex import tokenize
-from vidql.engine.errors import QueryError
+from vidql.errors import QueryError
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 

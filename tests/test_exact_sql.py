@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import vidql
-from vidql.engine.errors import CatalogError, QueryError
+from vidql.errors import CatalogError, QueryError
 
 
 @pytest.fixture()

@@ -9,7 +9,7 @@ import pytest
 import vidql
 from conftest import shared_path
 from vidql.datasets import ensure_traffic
-from vidql.engine.errors import QueryError
+from vidql.errors import QueryError
 
 N_FRAMES = 1200
 # sql.md's approximate kinds; RECALL/PRECISION TARGET and FIND RARE need an index

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import vidql
-from vidql.engine.errors import OracleError
+from vidql.errors import OracleError
 
 
 def _db_with_oracle(path, clip, **options):

@@ -6,7 +6,7 @@ import pytest
 
 import vidql
 from conftest import shared_path
-from vidql.engine.errors import ParameterError
+from vidql.errors import ParameterError
 
 
 @pytest.fixture()

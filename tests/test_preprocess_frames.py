@@ -6,7 +6,7 @@ import av
 import numpy as np
 import pytest
 
-from vidql.engine.errors import VidqlError, VideoError
+from vidql.errors import VidqlError, VideoError
 from conftest import shared_path
 from vidql.preprocess import FrameReader, probe_video
 from vidql.preprocess.testclip import write_counter_video
@@ -118,6 +118,7 @@ def test_decoding_error_mid_file_names_file_and_frame(clip, tmp_path):
 
 @pytest.mark.shared
 @pytest.mark.parametrize("name,n_reads", [("ua_detrac.mp4", 12), ("highway.avi", 40), ("indoor_people.mp4", 40)])
+@pytest.mark.slow
 def test_shared_clips_random_reads_exact(name, n_reads):
     path = shared_clip(name)
     expected = sequential_digests(path)
@@ -131,6 +132,7 @@ def test_shared_clips_random_reads_exact(name, n_reads):
 
 
 @pytest.mark.shared
+@pytest.mark.slow
 def test_highway_batches_cover_every_frame_once():
     path = shared_clip("highway.avi")
     expected = sequential_digests(path, size=(128, 96))

@@ -3,7 +3,7 @@ absolute vs relative error, the AVG-with-predicate ratio, and parameter checks."
 import numpy as np
 import pytest
 
-from vidql.engine.errors import OracleError, ParameterError
+from vidql.errors import OracleError, ParameterError
 from vidql.queries import aggregate_error_bound, aggregate_ratio_error_bound
 
 TRIALS = 200
@@ -52,6 +52,7 @@ def _coverage(values, proxy, error, bound, value_range):
 
 @pytest.mark.parametrize("bound", ["bernstein", "betting"])
 @pytest.mark.parametrize("use_proxy", [False, True])
+@pytest.mark.slow
 def test_interval_covers_mean(bound, use_proxy):
     # the Bernstein bound needs more frames than betting to stop before labelling all
     values, proxy = counts_population(0, n=20000 if bound == "bernstein" else 5000)
@@ -65,6 +66,7 @@ def test_interval_covers_mean(bound, use_proxy):
 
 
 @pytest.mark.parametrize("bound", ["bernstein", "betting"])
+@pytest.mark.slow
 def test_interval_covers_skewed_mean(bound):
     values, proxy = skewed_population(1, n=20000 if bound == "bernstein" else 5000)
     error = 0.3 if bound == "bernstein" else 0.15
@@ -151,6 +153,7 @@ def ratio_population(seed, n=5000):
 
 
 @pytest.mark.parametrize("bound", ["bernstein", "betting"])
+@pytest.mark.slow
 def test_ratio_interval_covers_avg_with_predicate(bound):
     stat, pred = ratio_population(10, n=20000 if bound == "bernstein" else 5000)
     truth = stat[pred].mean()

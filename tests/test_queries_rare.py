@@ -3,7 +3,7 @@ budget honoured, SEALS pool, proxy seeding, parameter checks."""
 import numpy as np
 import pytest
 
-from vidql.engine.errors import ParameterError
+from vidql.errors import ParameterError
 from vidql.queries import find_rare
 
 

@@ -3,7 +3,7 @@ GROUP BY, and parameter checks."""
 import numpy as np
 import pytest
 
-from vidql.engine.errors import OracleError, ParameterError
+from vidql.errors import OracleError, ParameterError
 from vidql.queries import aggregate_budget, aggregate_budget_grouped
 from vidql.queries.stratified import _allocate
 
@@ -45,6 +45,7 @@ def _truth(stat, pred, agg):
 
 
 @pytest.mark.parametrize("agg", ["avg", "sum", "count"])
+@pytest.mark.slow
 def test_interval_covers_truth(agg):
     proxy, stat, pred = beta_population(0)
     truth = _truth(stat, pred, agg)
@@ -56,6 +57,7 @@ def test_interval_covers_truth(agg):
     assert hits / TRIALS >= 0.93
 
 
+@pytest.mark.slow
 def test_interval_covers_rare_skewed_avg():
     proxy, stat, pred = rare_population(1)
     truth = stat[pred].mean()
@@ -65,6 +67,7 @@ def test_interval_covers_rare_skewed_avg():
     assert hits / TRIALS >= 0.93
 
 
+@pytest.mark.slow
 def test_lower_mse_than_uniform_sampling():
     proxy, stat, pred = beta_population(2)
     truth = stat[pred].mean()
@@ -128,6 +131,7 @@ def test_grouped_results_per_group():
 
 
 @pytest.mark.parametrize("agg", ["count", "avg"])
+@pytest.mark.slow
 def test_grouped_coverage_all_groups_at_once(agg):
     proxy, stat, pred = beta_population(7, n=10000)
     group = np.where(np.random.default_rng(0).random(proxy.size) < 0.3, 1, 2)

@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from vidql.engine.errors import ParameterError
+from vidql.errors import ParameterError
 from vidql.queries import (recall_adaptive, recall_binomial, recall_normal, selection_forecast,
                            supg_precision)
 from vidql.queries.select_binomial import (adaptive_schedule, binomial_cut, critical_count,
@@ -39,6 +39,7 @@ def precision_of(frames, labels):
 
 
 @pytest.mark.parametrize("budget", [300, 1000])
+@pytest.mark.slow
 def test_recall_guarantee_holds(budget):
     proxy, labels = population(0)
     rec, sizes = [], []
@@ -51,6 +52,7 @@ def test_recall_guarantee_holds(budget):
     assert np.mean(sizes) < 0.9 * labels.size  # a real cutoff was certified, not everything
 
 
+@pytest.mark.slow
 def test_precision_guarantee_holds():
     proxy, labels = population(1, rate=0.1, separation=3.0)
     prec, sizes = [], []
@@ -63,6 +65,7 @@ def test_precision_guarantee_holds():
     assert np.mean(sizes) > 400  # more than the sampled frames: a cutoff was certified
 
 
+@pytest.mark.slow
 def test_rare_population_guarantees():
     proxy, labels = rare_population(2)
     ok_recall = ok_precision = 0
@@ -122,6 +125,7 @@ def test_adaptive_stops_early_and_reports_labels():
     assert recall_of(r.frames, labels) >= 0.9
 
 
+@pytest.mark.slow
 def test_adaptive_guarantee_holds():
     proxy, labels = population(7, n=5000, rate=0.05, separation=3.0)
     ok = sum(recall_of(recall_adaptive(proxy, lambda f: labels[f], target=0.9,

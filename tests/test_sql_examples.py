@@ -8,7 +8,7 @@ import pytest
 import vidql
 from conftest import SHARED
 from vidql.datasets import ensure_traffic, read_labels
-from vidql.engine.errors import OracleError, QueryError
+from vidql.errors import OracleError, QueryError
 from vidql.engine.dialect import parse
 from vidql.engine.framestat import evaluate
 from vidql.engine.planner import Binding
@@ -36,6 +36,7 @@ def true_values(truth, expr):
     return evaluate(expr, truth, np.arange(N_FRAMES))
 
 
+@pytest.mark.slow
 def test_catalog_examples(night, tmp_path, oracle_module):
     db, _, video, labels = night
     assert db.sql("SHOW VIDEOS;").df()["name"].tolist() == ["night"]
@@ -55,6 +56,7 @@ def test_catalog_examples(night, tmp_path, oracle_module):
     assert db.sql("SHOW VIDEOS;").df()["name"].tolist() == ["night"]
 
 
+@pytest.mark.slow
 def test_exact_examples(night):
     db, truth, _, _ = night
     df = db.sql("SELECT frame, objects('car') AS cars FROM night WHERE frame < 500 "
@@ -66,6 +68,7 @@ def test_exact_examples(night):
     assert dict(zip(counts["label"], counts["n"])) == truth["label"].value_counts().to_dict()
 
 
+@pytest.mark.slow
 def test_aggregate_examples(night):
     db, truth, _, _ = night
     cars = true_values(truth, "objects('car')")
@@ -85,6 +88,7 @@ def test_aggregate_examples(night):
     assert db.last_report.oracle_calls <= 2000
 
 
+@pytest.mark.slow
 def test_limit_example(night):
     db, truth, _, _ = night
     df = db.sql("SELECT frame FROM night WHERE objects('car') >= 5 LIMIT 10 GAP 300;").df()
@@ -100,6 +104,7 @@ def test_limit_example(night):
     assert min(10, optimum) >= len(frames) >= min(10, (optimum + 1) // 2)
 
 
+@pytest.mark.slow
 def test_selection_examples(night):
     db, truth, _, _ = night
     bus = set(np.flatnonzero(true_values(truth, "contains('bus')") > 0))
@@ -112,6 +117,7 @@ def test_selection_examples(night):
     assert got and len(got & bus) >= 0.95 * len(got)
 
 
+@pytest.mark.slow
 def test_rare_example(night):
     db, truth, _, _ = night
     bus = set(np.flatnonzero(true_values(truth, "contains('bus')") > 0))
@@ -119,6 +125,7 @@ def test_rare_example(night):
     assert len(df) > 0 and set(df["frame"]) <= bus and df["verified"].all()
 
 
+@pytest.mark.slow
 def test_other_clauses(night):
     db, _, _, labels = night
     plan = db.sql("EXPLAIN SELECT frame FROM night WHERE contains('bus') RECALL TARGET 90% "
@@ -161,6 +168,7 @@ def test_interrupted_query_keeps_labels_and_resumes(counter_clip, oracle_module,
         assert report.cache_hits >= cached and result["estimate"][0] > 0
 
 
+@pytest.mark.slow
 def test_python_api_mirrors_sql(night):
     from vidql import contains, objects
 
@@ -186,6 +194,7 @@ def test_python_api_mirrors_sql(night):
         video.select(recall=0.9, precision=0.9)
 
 
+@pytest.mark.slow
 def test_cracking_grows_the_index_and_changes_the_sample(tmp_path):
     video, labels = ensure_traffic(tmp_path, 1200, seed=SEED)
     with vidql.connect(progress=False) as db:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from vidql.engine.errors import ParameterError
+from vidql.errors import ParameterError
 
 
 def sql_literal(value) -> str:

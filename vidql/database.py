@@ -10,7 +10,7 @@ import pandas as pd
 
 from vidql.engine.catalog import Catalog
 from vidql.engine.indexstore import IndexStore
-from vidql.engine.errors import CatalogError, VidqlError
+from vidql.errors import CatalogError, VidqlError
 from vidql.engine.labelcache import LabelCache
 
 

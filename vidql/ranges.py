@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import ParameterError
+from vidql.errors import ParameterError
 
 
 @dataclass(frozen=True)
@@ -68,6 +68,7 @@ PRECISION_TARGET = Bounds(0.0, 1.0, open_low=True, open_high=True)
 GAP = Bounds(0, whole=True)
 SEED = Bounds(0, whole=True)
 LIMIT_ROWS = Bounds(1, whole=True)
+BATCH_SIZE = Bounds(1, 4096, whole=True)  # frames per oracle call
 # ORACLE BUDGET: the fewest oracle calls each operator can work with
 MIN_SAMPLES = 2        # aggregate with an error bound (ERROR WITHIN ... ORACLE BUDGET n)
 DEFAULT_STRATA = 5     # ABae strata; two labels per stratum at least

@@ -1,11 +1,15 @@
-"""Errors a user can cause. Each message says what is wrong and what to do about it."""
+"""Errors a user can cause. Each message says what is wrong and what to do about it.
+
+This module imports nothing: every layer of vidql may raise these. Each error is also the
+built-in exception its kind of failure is (a bad value a ValueError, an unknown name a
+LookupError, an unreadable video an OSError), so generic handlers catch them too."""
 
 
 class VidqlError(Exception):
     """Base class of every error a user can cause (bad input, bad query, bad parameter)."""
 
 
-class VideoError(VidqlError):
+class VideoError(VidqlError, OSError):
     """A video file that is missing, unreadable, corrupt or unsupported."""
 
     def __init__(self, path, reason: str):
@@ -35,7 +39,7 @@ class QueryError(VidqlError):
         super().__init__(text)
 
 
-class CatalogError(VidqlError):
+class CatalogError(VidqlError, LookupError):
     """An unknown or duplicate name in the catalog (video, oracle, index)."""
 
 
@@ -43,5 +47,5 @@ class OracleError(VidqlError):
     """An oracle that cannot be created or that failed while labelling."""
 
 
-class ParameterError(VidqlError):
+class ParameterError(VidqlError, ValueError):
     """A parameter outside its allowed range."""
