@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import time
+from functools import partial
 from pathlib import Path
 
 import av
@@ -107,27 +108,28 @@ def decode(ctx: BenchContext) -> ScenarioResult:
         transcode_fps = len(rendition.frames) / (time.perf_counter() - start)
         spec = FrameSpec(size=size)
         runs = {
-            "a_naive_1_thread": lambda: naive(path, size),
-            "decode_only_original": lambda: decode_only(path),
-            "b_pipelined_original": lambda: pipelined(info, spec, workers),
-            "b_pipelined_skip_loop_filter": lambda: pipelined(info, spec, workers,
-                                                              decoder_options={"skip_loop_filter": "all"}),
-            "b_pipelined_fast_bilinear": lambda: pipelined(
-                info, FrameSpec(size=size, interpolation="FAST_BILINEAR"), workers),
-            "b_pipelined_1_worker": lambda: pipelined(info, spec, 1),
-            "keyframes_only_span_original": lambda: keyframes_only(path, size),
-            "decode_only_rendition": lambda: decode_only(rendition.path),
-            "c_pipelined_rendition": lambda: pipelined(rendition, FrameSpec(), workers),
-            "c_pipelined_rendition_normalized": lambda: pipelined(rendition, FrameSpec(), workers,
-                                                                  transform=Normalize()),
+            "a_naive_1_thread": partial(naive, path, size),
+            "decode_only_original": partial(decode_only, path),
+            "b_pipelined_original": partial(pipelined, info, spec, workers),
+            "b_pipelined_skip_loop_filter": partial(pipelined, info, spec, workers,
+                                                    decoder_options={"skip_loop_filter": "all"}),
+            "b_pipelined_fast_bilinear": partial(
+                pipelined, info, FrameSpec(size=size, interpolation="FAST_BILINEAR"), workers),
+            "b_pipelined_1_worker": partial(pipelined, info, spec, 1),
+            "keyframes_only_span_original": partial(keyframes_only, path, size),
+            "decode_only_rendition": partial(decode_only, rendition.path),
+            "c_pipelined_rendition": partial(pipelined, rendition, FrameSpec(), workers),
+            "c_pipelined_rendition_normalized": partial(pipelined, rendition, FrameSpec(), workers,
+                                                        transform=Normalize()),
         }
         if cuda_available():
             from vidql.preprocess.gpu import DeviceTransform
 
-            runs["b_pipelined_original_cuda_resize"] = lambda: pipelined(
-                info, FrameSpec(), workers, transform=DeviceTransform("cuda", size, Normalize()))
-            runs["c_pipelined_rendition_cuda_normalize"] = lambda: pipelined(
-                rendition, FrameSpec(), workers, transform=DeviceTransform("cuda", None, Normalize()))
+            runs["b_pipelined_original_cuda_resize"] = partial(
+                pipelined, info, FrameSpec(), workers, transform=DeviceTransform("cuda", size, Normalize()))
+            runs["c_pipelined_rendition_cuda_normalize"] = partial(
+                pipelined, rendition, FrameSpec(), workers,
+                transform=DeviceTransform("cuda", None, Normalize()))
         best = {name: 0.0 for name in runs}
         for _ in range(repeats):  # interleaved, so a disturbance hits every variant alike
             for name, run in runs.items():

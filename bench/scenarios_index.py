@@ -259,7 +259,7 @@ def embedding_pass_rates(source, index: TastiIndex, size, frames: int = 2000) ->
     with cpu_threads(threads):
         t0 = time.perf_counter()
         kept = []
-        for ids, batch in source.iter_batches(256, stop=frames, size=size):
+        for _, batch in source.iter_batches(256, stop=frames, size=size):
             kept.append(batch)
         decode = frames / (time.perf_counter() - t0)
         embed = network_embedder(CompactCNN(out_dim=index.embeddings.shape[1]).eval())

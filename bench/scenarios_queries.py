@@ -222,7 +222,7 @@ def agg_scenario(ctx: BenchContext) -> ScenarioResult:
         for bound in ("bernstein", "betting"):
             runs = {}
             for method, proxy in (("uniform", None), ("cv", pop.proxy)):
-                res = [aggregate_error_bound(values.size, lambda f: values[f], proxy=proxy,
+                res = [aggregate_error_bound(values.size, values.__getitem__, proxy=proxy,
                                              error=eps, seed=ctx.seed * 1000 + s,
                                              value_range=pop.value_range, bound=bound)
                        for s in range(trials)]
@@ -261,7 +261,7 @@ def agg_budget_scenario(ctx: BenchContext) -> ScenarioResult:
         truth = float(stat[pred].mean()) if agg == "avg" else float(pred.sum())
         cell = {"agg": agg, "budget": budget, "trials": trials, "truth": truth}
         for mode, strata in (("abae", 5), ("uniform", 1)):
-            res = [aggregate_budget(pop.proxy, lambda f: (stat[f], pred[f]), budget=budget,
+            res = [aggregate_budget(pop.proxy, functools.partial(_pair, stat, pred), budget=budget,
                                     agg=agg, strata=strata, seed=ctx.seed * 1000 + s)
                    for s in range(trials)]
             est = np.array([r.estimate for r in res])
@@ -296,6 +296,11 @@ def most_separated(pred: np.ndarray, gap: int) -> int:
     return count
 
 
+def _pair(stat: np.ndarray, pred: np.ndarray, frames: np.ndarray):
+    """(statistic, predicate) of `frames`: a budgeted aggregate's true values."""
+    return stat[frames], pred[frames]
+
+
 def _sequential_calls(pred: np.ndarray, k: int, gap: int) -> int:
     """Oracle calls of a scan from frame 0 with the same GAP suppression."""
     hits, calls, frame = 0, 0, 0
@@ -323,10 +328,10 @@ def limit_scenario(ctx: BenchContext) -> ScenarioResult:
         found = []
         for s in range(trials):
             seed = ctx.seed * 1000 + s
-            res = limit_query(pop.proxy, lambda f: pred[f], k=k, gap=gap, seed=seed)
+            res = limit_query(pop.proxy, pred.__getitem__, k=k, gap=gap, seed=seed)
             calls["proxy"].append(res.oracle_calls)
             found.append(res.frames.size)
-            calls["random"].append(limit_query(np.zeros(pred.size), lambda f: pred[f], k=k,
+            calls["random"].append(limit_query(np.zeros(pred.size), pred.__getitem__, k=k,
                                                gap=gap, seed=seed).oracle_calls)
         seq = _sequential_calls(pred, k, gap)
         proxy_calls, random_calls = float(np.mean(calls["proxy"])), float(np.mean(calls["random"]))
@@ -369,7 +374,7 @@ def select_scenario(ctx: BenchContext) -> ScenarioResult:
     for pop in _populations(ctx, "predicate"):
         pred = pop.predicate
         budget = 2000 if pred.size > 5000 else max(MIN_SELECT_BUDGET, pred.size // 4)
-        label = lambda f: pred[f]  # noqa: E731
+        label = pred.__getitem__
         cell = {"budget": budget, "trials": trials, "rate": float(pred.mean())}
         for mode, run in SELECT_MODES.items():
             res = [run(pop.proxy, label, budget, ctx.seed * 1000 + s) for s in range(trials)]
@@ -409,12 +414,12 @@ def rare_scenario(ctx: BenchContext) -> ScenarioResult:
         found = {"ezmode": [], "ezmode+proxy": [], "ezmode-seals": [], "random": []}
         for s in range(trials):
             seed = ctx.seed * 1000 + s
-            found["ezmode"].append(find_rare(pop.embeddings, lambda f: pred[f], budget=budget,
+            found["ezmode"].append(find_rare(pop.embeddings, pred.__getitem__, budget=budget,
                                              seed=seed).frames.size)
-            found["ezmode+proxy"].append(find_rare(pop.embeddings, lambda f: pred[f],
+            found["ezmode+proxy"].append(find_rare(pop.embeddings, pred.__getitem__,
                                                    budget=budget, seed=seed,
                                                    proxy=pop.proxy).frames.size)
-            found["ezmode-seals"].append(find_rare(pop.embeddings, lambda f: pred[f],
+            found["ezmode-seals"].append(find_rare(pop.embeddings, pred.__getitem__,
                                                    budget=budget, seed=seed, proxy=pop.proxy,
                                                    candidate_pool="seals").frames.size)
             sample = np.random.default_rng(seed).choice(pred.size, budget, replace=False)

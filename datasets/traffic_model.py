@@ -114,7 +114,7 @@ def timeline(seed: int, t: np.ndarray) -> Timeline:
     activity = 0.1 + plateau + 0.5 * rush
     phase = stream_rng(seed, 5).uniform(0, 2 * np.pi, 2)
     waves = np.stack([1 + 0.6 * np.tanh(3 * np.sin(2 * np.pi * t / period + p))
-                      for period, p in zip((280.0, 330.0), phase)])
+                      for period, p in zip((280.0, 330.0), phase, strict=True)])
     return Timeline(t, hour, daylight, gain, density, activity, waves)
 
 
@@ -237,8 +237,8 @@ def _lane_traffic(seed: int, lane: int, tl: Timeline, span: int) -> dict[str, np
     truck_top = TRUCK_RATE * LANE_TRUCK_SHARE[lane] * 1.25
     truck_rate = TRUCK_RATE * LANE_TRUCK_SHARE[lane] * (0.25 + _daytime(tl.hour))
     truck_t, truck_u = _poisson_arrivals(seed, 200 + lane, truck_rate, truck_top)
-    arrivals = [(t, CAR, u) for t, u in zip(car_t, car_u)]
-    arrivals += [(t, TRUCK, u) for t, u in zip(truck_t, truck_u)]
+    arrivals = [(t, CAR, u) for t, u in zip(car_t, car_u, strict=True)]
+    arrivals += [(t, TRUCK, u) for t, u in zip(truck_t, truck_u, strict=True)]
     arrivals += [(t, BUS, np.array([uv, uc, us, 0, 0, 0, 0, 0]))
                  for t, d, uv, uc, us in _bus_arrivals(seed, span) if BUS_LANE[d] == lane]
     arrivals.sort(key=lambda a: (a[0], a[1]))
@@ -301,7 +301,7 @@ def jitter(seed: int, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     for axis in range(2):
         periods = rng.uniform(25, 200, 3)
         phases = rng.uniform(0, 2 * np.pi, 3)
-        sway = sum(np.sin(2 * np.pi * t / p + f) for p, f in zip(periods, phases)) / 2
+        sway = sum(np.sin(2 * np.pi * t / p + f) for p, f in zip(periods, phases, strict=True)) / 2
         gust = 1 + np.clip(_smooth_noise(seed, 9 + axis, t, 300), 0, None)
         out.append(JITTER * np.clip(sway * gust, -2.5, 2.5))
     return out[0], out[1]

@@ -7,6 +7,7 @@ at night; sensor noise is sliced from a pre-drawn bank at a random offset.
 """
 from __future__ import annotations
 
+from itertools import pairwise
 from typing import Iterator
 
 import cv2
@@ -361,8 +362,7 @@ def _street(seed: int, W: int, H: int, m: int) -> tuple[np.ndarray, np.ndarray]:
             for off in ((-thick, thick) if double else (0,)):
                 img[Y(v) + off:Y(v) + off + thick, X(du):X(end)] = colour
 
-    for g0, g1 in zip(ROW_GROUND[FIRST_LANE_ROW:FIRST_LANE_ROW + len(LANES) - 1],
-                      ROW_GROUND[FIRST_LANE_ROW + 1:FIRST_LANE_ROW + len(LANES)]):
+    for g0, g1 in pairwise(ROW_GROUND[FIRST_LANE_ROW:FIRST_LANE_ROW + len(LANES)]):
         median = LANES[0][1] != LANES[-1][1] and g0 == ROW_GROUND[FIRST_LANE_ROW + 2]
         line((g0 + g1) / 2 + 0.01, (220, 190, 60) if median else (225, 225, 220), not median,
              double=median)

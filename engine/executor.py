@@ -65,65 +65,91 @@ def _message(db, text: str) -> Result:
     return _frame(db, pd.DataFrame({"result": [text]}))
 
 
+def _load_video(db, stmt: LoadVideo) -> Result:
+    options = dict(stmt.options)
+    rendition = options.pop("rendition", None)
+    if options:
+        raise ParameterError(f"unknown LOAD VIDEO option(s) {', '.join(sorted(options))}; "
+                             f"allowed: rendition")
+    if rendition is not None:
+        from vidql.preprocess.rendition import SHORT_SIDE
+
+        rendition = SHORT_SIDE.check("LOAD VIDEO option rendition (short side in pixels)",
+                                     rendition)
+    db.load_video(stmt.path, stmt.name, rendition=rendition)
+    return _frame(db, db.videos().query("name == @stmt.name"))
+
+
+def _drop_video(db, stmt: DropVideo) -> Result:
+    if stmt.if_exists and stmt.name.lower() not in map(str.lower, db.catalog.video_names()):
+        return _message(db, f"no video {stmt.name}")
+    db.drop_video(stmt.name)
+    return _message(db, f"dropped video {stmt.name}")
+
+
+def _alter_video_path(db, stmt: AlterVideoPath) -> Result:
+    db.set_video_path(stmt.name, stmt.path)
+    return _frame(db, db.videos().query("name == @stmt.name"))
+
+
+def _create_oracle(db, stmt: CreateOracle) -> Result:
+    oracle = db.create_oracle(stmt.name, stmt.kind, stmt.source, replace=stmt.replace,
+                              **stmt.options)
+    return _message(db, f"{'replaced' if stmt.replace else 'created'} oracle {stmt.name}: "
+                        f"{oracle.identity}")
+
+
+def _drop_oracle(db, stmt: DropOracle) -> Result:
+    if stmt.if_exists and stmt.name.lower() not in map(str.lower, db.catalog.oracle_names()):
+        return _message(db, f"no oracle {stmt.name}")
+    kept = db.drop_oracle(stmt.name)
+    return _message(db, f"dropped oracle {stmt.name}; its {kept} labelled frames stay cached "
+                        f"and are reused if an oracle with the same source is created")
+
+
+def _set_oracle(db, stmt: SetOracle) -> Result:
+    db.set_oracle(stmt.video, stmt.oracle)
+    return _message(db, f"oracle of {stmt.video} is {stmt.oracle}")
+
+
+def _create_index(db, stmt: CreateIndex) -> Result:
+    index = db.create_index(stmt.name, stmt.video, **stmt.options)
+    used, new = index.stats["oracle_calls"], index.stats["newly_labelled"]
+    return _message(db, f"created index {stmt.name}: {index!r}, {new} frames newly "
+                        f"labelled by the oracle ({used - new} of its {used} labels were "
+                        "cached)")
+
+
+def _drop_index(db, stmt: DropIndex) -> Result | None:
+    if stmt.name.lower() in map(str.lower, db.indexes.names()):
+        db.indexes.drop(stmt.name)
+        return _message(db, f"dropped index {stmt.name}")
+    return _plain(db, f"DROP INDEX {'IF EXISTS ' if stmt.if_exists else ''}{stmt.name}")
+
+
+_HANDLERS = {
+    LoadVideo: _load_video,
+    ShowVideos: lambda db, stmt: _frame(db, db.videos()),
+    DropVideo: _drop_video,
+    AlterVideoPath: _alter_video_path,
+    CreateOracle: _create_oracle,
+    DropOracle: _drop_oracle,
+    SetOracle: _set_oracle,
+    ShowOracles: lambda db, stmt: _frame(db, db.oracles()),
+    CreateIndex: _create_index,
+    ShowIndexes: lambda db, stmt: _frame(db, db.indexes.table()),
+    DropIndex: _drop_index,
+    PlainSQL: lambda db, stmt: _plain(db, stmt.sql),
+    Query: lambda db, stmt: run_query(db, stmt),
+}
+
+
 def execute(db, stmt):
     """Run one statement; returns a Result (None for statements without rows)."""
-    if isinstance(stmt, LoadVideo):
-        options = dict(stmt.options)
-        rendition = options.pop("rendition", None)
-        if options:
-            raise ParameterError(f"unknown LOAD VIDEO option(s) {', '.join(sorted(options))}; "
-                                 f"allowed: rendition")
-        if rendition is not None:
-            from vidql.preprocess.rendition import SHORT_SIDE
-
-            rendition = SHORT_SIDE.check("LOAD VIDEO option rendition (short side in pixels)",
-                                         rendition)
-        db.load_video(stmt.path, stmt.name, rendition=rendition)
-        return _frame(db, db.videos().query("name == @stmt.name"))
-    if isinstance(stmt, ShowVideos):
-        return _frame(db, db.videos())
-    if isinstance(stmt, DropVideo):
-        if stmt.if_exists and stmt.name.lower() not in map(str.lower, db.catalog.video_names()):
-            return _message(db, f"no video {stmt.name}")
-        db.drop_video(stmt.name)
-        return _message(db, f"dropped video {stmt.name}")
-    if isinstance(stmt, AlterVideoPath):
-        db.set_video_path(stmt.name, stmt.path)
-        return _frame(db, db.videos().query("name == @stmt.name"))
-    if isinstance(stmt, CreateOracle):
-        oracle = db.create_oracle(stmt.name, stmt.kind, stmt.source, replace=stmt.replace,
-                                  **stmt.options)
-        return _message(db, f"{'replaced' if stmt.replace else 'created'} oracle {stmt.name}: "
-                            f"{oracle.identity}")
-    if isinstance(stmt, DropOracle):
-        if stmt.if_exists and stmt.name.lower() not in map(str.lower, db.catalog.oracle_names()):
-            return _message(db, f"no oracle {stmt.name}")
-        kept = db.drop_oracle(stmt.name)
-        return _message(db, f"dropped oracle {stmt.name}; its {kept} labelled frames stay cached "
-                            f"and are reused if an oracle with the same source is created")
-    if isinstance(stmt, SetOracle):
-        db.set_oracle(stmt.video, stmt.oracle)
-        return _message(db, f"oracle of {stmt.video} is {stmt.oracle}")
-    if isinstance(stmt, ShowOracles):
-        return _frame(db, db.oracles())
-    if isinstance(stmt, CreateIndex):
-        index = db.create_index(stmt.name, stmt.video, **stmt.options)
-        used, new = index.stats["oracle_calls"], index.stats["newly_labelled"]
-        return _message(db, f"created index {stmt.name}: {index!r}, {new} frames newly "
-                            f"labelled by the oracle ({used - new} of its {used} labels were "
-                            "cached)")
-    if isinstance(stmt, ShowIndexes):
-        return _frame(db, db.indexes.table())
-    if isinstance(stmt, DropIndex):
-        if stmt.name.lower() in map(str.lower, db.indexes.names()):
-            db.indexes.drop(stmt.name)
-            return _message(db, f"dropped index {stmt.name}")
-        return _plain(db, f"DROP INDEX {'IF EXISTS ' if stmt.if_exists else ''}{stmt.name}")
-    if isinstance(stmt, PlainSQL):
-        return _plain(db, stmt.sql)
-    if isinstance(stmt, Query):
-        return run_query(db, stmt)
-    raise TypeError(f"unknown statement {stmt!r}")
+    handler = _HANDLERS.get(type(stmt))
+    if handler is None:
+        raise TypeError(f"unknown statement {stmt!r}")
+    return handler(db, stmt)
 
 
 def _plain(db, sql: str) -> Result | None:

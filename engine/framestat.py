@@ -251,7 +251,7 @@ class FrameStatistics:
         distinct, inverse = np.unique(rows, axis=0, return_inverse=True)
         todo = [row for row in map(tuple, distinct.tolist()) if row not in self._memo]
         if todo:
-            self._memo.update(zip(todo, self._evaluate(np.array(todo, dtype=np.int64))))
+            self._memo.update(zip(todo, self._evaluate(np.array(todo, dtype=np.int64)), strict=True))
         table = np.array([self._memo[row] for row in map(tuple, distinct.tolist())],
                          dtype=np.float64).reshape(len(distinct), len(self.exprs))
         values = table[np.asarray(inverse).ravel()]

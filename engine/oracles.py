@@ -80,7 +80,7 @@ class PythonOracle(Oracle):
             raise OracleError(f"oracle {self.name!r} returned {len(per_frame)} results for "
                               f"{len(frame_ids)} frames")
         return detections_frame([(int(f), str(d[0]), *map(float, d[1:6]))
-                                 for f, dets in zip(frame_ids, per_frame) for d in dets])
+                                 for f, dets in zip(frame_ids, per_frame, strict=True) for d in dets])
 
 
 _MODULE_DIGESTS: dict[str, str] = {}  # module name -> digest of the source it was imported from

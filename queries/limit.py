@@ -65,7 +65,7 @@ def limit_query(proxy: np.ndarray, predicate: Callable[[np.ndarray], np.ndarray]
         frames = np.array(chosen, dtype=np.int64)
         labels = as_flags(oracle(frames), frames.size, "predicate")
         blocked[frames] = True
-        for frame, hit in zip(chosen, labels):
+        for frame, hit in zip(chosen, labels, strict=True):
             if hit:  # frames of one batch are >= gap apart, so hits never conflict
                 hits.append(frame)
                 blocked[max(frame - reach, 0):frame + reach + 1] = True

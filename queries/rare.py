@@ -93,84 +93,102 @@ def find_rare(embeddings: np.ndarray, predicate: Callable[[np.ndarray], np.ndarr
     if proxy is not None:
         proxy = check_scores("proxy", proxy, n)
     rng = make_rng(seed)
-    oracle = DistinctOracle(predicate, n)
-    label = np.zeros(n, dtype=bool)  # valid where oracle.labelled
     seals = _SealsPool(emb, k_seals) if candidate_pool == "seals" else None
-    budget = min(budget, n)
-
-    def query(frames: np.ndarray) -> np.ndarray:
-        frames = frames[:budget - oracle.calls]
-        if frames.size == 0:
-            return frames
-        label[frames] = as_flags(oracle(frames), frames.size)
-        if seals is not None:
-            seals.add(frames)
-        return frames[label[frames]]
-
-    def flood(new_positives: np.ndarray) -> int:
-        """Label unlabelled neighbours within radius of positives, recursively."""
-        labelled_here = 0
-        frontier = new_positives
-        while frontier.size and oracle.calls < budget and radius > 0:
-            offsets = np.arange(-radius, radius + 1)
-            near = np.unique((frontier[:, None] + offsets[None, :]).ravel())
-            near = near[(near >= 0) & (near < n)]
-            near = near[~oracle.labelled[near]]
-            # closest to a positive first, in case the budget runs out mid-way
-            distance = np.abs(near[:, None] - frontier[None, :]).min(axis=1)
-            near = near[np.argsort(distance, kind="stable")]
-            before = oracle.calls
-            frontier = query(near)
-            labelled_here += oracle.calls - before
-        return labelled_here
-
+    search = _Search(emb, predicate, min(budget, n), radius, seals)
     if proxy is not None:
         first = np.lexsort((rng.random(n), -proxy))[:batch]
     else:
         first = rng.choice(n, size=min(batch, n), replace=False)
-    positives_after_round = []
-    flood_calls = flood(query(first))
-    positives_after_round.append(int(label[oracle.labelled].sum()))
+    flood_calls = search.flood(search.query(first))
+    positives_after_round = [search.found()]
     rounds, idle = 1, int(positives_after_round[0] == 0)
-    scores = None
-    while oracle.calls < budget and (max_rounds is None or rounds < max_rounds):
-        labelled = np.flatnonzero(oracle.labelled)
-        pos = labelled[label[labelled]]
-        neg = labelled[~label[labelled]]
-        candidates = ~oracle.labelled
-        if seals is not None:
-            candidates &= seals.pool
+    while search.calls < search.budget and (max_rounds is None or rounds < max_rounds):
+        ranking = search.ranking(rng, proxy, regularization)
+        if ranking is None:
+            break
+        flood_calls += search.flood(search.query(ranking[:batch]))
+        rounds += 1
+        positives_after_round.append(search.found())
+        idle = idle + 1 if positives_after_round[-1] == positives_after_round[-2] else 0
+        if patience is not None and idle >= patience:
+            break
+    frames = np.flatnonzero(search.oracle.labelled & search.label).astype(np.int64)
+    details = {"positives_after_round": positives_after_round, "flood_calls": flood_calls,
+               "candidate_pool": candidate_pool,
+               "seeded_by": "proxy" if proxy is not None else "random"}
+    return RareResult(frames, search.calls, rounds, details)
+
+
+class _Search:
+    """One FIND RARE run: the labels so far, the candidates, and the last classifier scores."""
+
+    def __init__(self, emb: np.ndarray, predicate, budget: int, radius: int,
+                 seals: _SealsPool | None):
+        self.emb, self.n, self.budget, self.radius, self.seals = emb, emb.shape[0], budget, radius, seals
+        self.oracle = DistinctOracle(predicate, self.n)
+        self.label = np.zeros(self.n, dtype=bool)  # valid where oracle.labelled
+        self.scores = None
+
+    @property
+    def calls(self) -> int:
+        return self.oracle.calls
+
+    def found(self) -> int:
+        return int(self.label[self.oracle.labelled].sum())
+
+    def query(self, frames: np.ndarray) -> np.ndarray:
+        """Label `frames` (as far as the budget goes); the positives among them."""
+        frames = frames[:self.budget - self.oracle.calls]
+        if frames.size == 0:
+            return frames
+        self.label[frames] = as_flags(self.oracle(frames), frames.size)
+        if self.seals is not None:
+            self.seals.add(frames)
+        return frames[self.label[frames]]
+
+    def flood(self, new_positives: np.ndarray) -> int:
+        """Label unlabelled neighbours within radius of positives, recursively; the calls."""
+        labelled_here = 0
+        frontier = new_positives
+        while frontier.size and self.oracle.calls < self.budget and self.radius > 0:
+            offsets = np.arange(-self.radius, self.radius + 1)
+            near = np.unique((frontier[:, None] + offsets[None, :]).ravel())
+            near = near[(near >= 0) & (near < self.n)]
+            near = near[~self.oracle.labelled[near]]
+            # closest to a positive first, in case the budget runs out mid-way
+            distance = np.abs(near[:, None] - frontier[None, :]).min(axis=1)
+            near = near[np.argsort(distance, kind="stable")]
+            before = self.oracle.calls
+            frontier = self.query(near)
+            labelled_here += self.oracle.calls - before
+        return labelled_here
+
+    def ranking(self, rng, proxy: np.ndarray | None, regularization: float) -> np.ndarray | None:
+        """Unlabelled candidates, most promising first (None when none is left): by a
+        classifier on the embeddings once both classes are seen, else by proxy or at random."""
+        labelled = np.flatnonzero(self.oracle.labelled)
+        pos = labelled[self.label[labelled]]
+        neg = labelled[~self.label[labelled]]
+        candidates = ~self.oracle.labelled
+        if self.seals is not None:
+            candidates &= self.seals.pool
         candidate_frames = np.flatnonzero(candidates)
         if candidate_frames.size == 0:
-            break
+            return None
         if pos.size and neg.size:
-            train_pos = _easy_half(pos, scores, radius)
-            x = np.concatenate([emb[train_pos], emb[neg]])
+            train_pos = _easy_half(pos, self.scores, self.radius)
+            x = np.concatenate([self.emb[train_pos], self.emb[neg]])
             y = np.concatenate([np.ones(train_pos.size), np.zeros(neg.size)])
             from sklearn.linear_model import LogisticRegression  # loads in ~1.5 s: only here
 
             model = LogisticRegression(C=regularization, class_weight="balanced", max_iter=500)
             model.fit(x, y)
-            scores = np.full(n, -np.inf)
-            scores[candidate_frames] = model.decision_function(emb[candidate_frames])
-            scores[labelled] = model.decision_function(emb[labelled])
-            ranking = candidate_frames[np.lexsort((rng.random(candidate_frames.size),
-                                                   -scores[candidate_frames]))]
-        elif proxy is not None:
-            ranking = candidate_frames[np.lexsort((rng.random(candidate_frames.size),
-                                                   -proxy[candidate_frames]))]
-        else:
-            ranking = rng.permutation(candidate_frames)
-        before = int(label[oracle.labelled].sum())
-        flood_calls += flood(query(ranking[:batch]))
-        rounds += 1
-        found = int(label[oracle.labelled].sum())
-        positives_after_round.append(found)
-        idle = idle + 1 if found == before else 0
-        if patience is not None and idle >= patience:
-            break
-    frames = np.flatnonzero(oracle.labelled & label).astype(np.int64)
-    details = {"positives_after_round": positives_after_round, "flood_calls": flood_calls,
-               "candidate_pool": candidate_pool,
-               "seeded_by": "proxy" if proxy is not None else "random"}
-    return RareResult(frames, oracle.calls, rounds, details)
+            self.scores = np.full(self.n, -np.inf)
+            self.scores[candidate_frames] = model.decision_function(self.emb[candidate_frames])
+            self.scores[labelled] = model.decision_function(self.emb[labelled])
+            return candidate_frames[np.lexsort((rng.random(candidate_frames.size),
+                                                -self.scores[candidate_frames]))]
+        if proxy is not None:
+            return candidate_frames[np.lexsort((rng.random(candidate_frames.size),
+                                                -proxy[candidate_frames]))]
+        return rng.permutation(candidate_frames)

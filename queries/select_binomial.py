@@ -164,7 +164,7 @@ def recall_adaptive(proxy: np.ndarray, predicate: Callable[[np.ndarray], np.ndar
     order, rank = _ranking(proxy, rng)
     schedule = adaptive_schedule(max_budget)
     delta = (1.0 - confidence) / len(schedule)
-    for look, total in enumerate(schedule, start=1):
+    for total in schedule:
         draws.extend(total)
         hits = draws.positive[draws.frames]
         m = binomial_cut(rank[draws.frames[hits]], target, delta, n)
@@ -172,7 +172,8 @@ def recall_adaptive(proxy: np.ndarray, predicate: Callable[[np.ndarray], np.ndar
         if m <= ADAPTIVE_SLACK * estimated:
             break
     details = {"target": target, "confidence": confidence, "kind": "recall",
-               "method": "binomial, adaptive", "looks": look, "schedule": schedule,
+               "method": "binomial, adaptive", "looks": schedule.index(total) + 1,
+               "schedule": schedule,
                "estimated_positives": float(estimated), "positive_draws": int(hits.sum()),
                "guarantee_met": True}
     return draws.answer(order, m, details)

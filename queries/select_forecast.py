@@ -21,7 +21,7 @@ def _precision_dry_run(proxy, target, confidence, budget) -> tuple[float, float,
     runs = []
     for seed in range(DRY_RUNS):
         labels = np.random.default_rng(seed).random(p.size) < p
-        res = supg_precision(proxy, lambda f: labels[f], target=target, confidence=confidence,
+        res = supg_precision(proxy, labels.__getitem__, target=target, confidence=confidence,
                              budget=budget, seed=seed)
         hits = labels[res.frames].sum()
         runs.append((res.frames.size, hits / max(res.frames.size, 1),

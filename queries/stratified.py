@@ -209,18 +209,18 @@ def _two_stage(proxy, true_values, budget, agg, confidence, strata, seed, value_
     sizes = np.array([m.size for m in members], dtype=np.float64)
     caps = sizes.astype(np.int64)
     n1 = _allocate(int(budget * pilot_fraction), np.ones((1, strata)), caps, 1.0)[0]
-    pilot = [labels(m[:k]) for m, k in zip(members, n1)]
+    pilot = [labels(m[:k]) for m, k in zip(members, n1, strict=True)]
     g1 = len(labels.codes) if grouped else 1
     sums = [_sums(*_group_columns(*lab, g1)) for lab in pilot]
     sa, sb, saa = (np.stack([s[i] for s in sums])[None] for i in range(3))
     spread = _stratum_spread(sa, sb, saa, n1, sizes, agg)
     n2 = _allocate(budget - n1.sum(), _stage2_weights(spread, sizes), caps - n1,
                    floor_fraction)[0]
-    second = [labels(m[k1:k1 + k2]) for m, k1, k2 in zip(members, n1, n2)]
+    second = [labels(m[k1:k1 + k2]) for m, k1, k2 in zip(members, n1, n2, strict=True)]
     groups = len(labels.codes) if grouped else 1
     pooled, seen_stats = [], []
-    for first, extra in zip(pilot, second):
-        stat, pred, code = (np.concatenate([x, y]) for x, y in zip(first, extra))
+    for first, extra in zip(pilot, second, strict=True):
+        stat, pred, code = (np.concatenate([x, y]) for x, y in zip(first, extra, strict=True))
         pooled.append(_group_columns(stat, pred, code, groups))
         seen_stats.append(stat)
     count = n1 + n2
@@ -231,7 +231,7 @@ def _two_stage(proxy, true_values, budget, agg, confidence, strata, seed, value_
     horizons = np.maximum(n1, np.minimum(caps, budget // strata))
     x_range = value_range or _sample_range(seen_stats)
     low, high = _intervals(pooled, sizes, horizons, agg, x_range, 1.0 - confidence)
-    frames = np.sort(np.concatenate([m[:k1 + k2] for m, k1, k2 in zip(members, n1, n2)]))
+    frames = np.sort(np.concatenate([m[:k1 + k2] for m, k1, k2 in zip(members, n1, n2, strict=True)]))
     details = {"strata": strata, "stratum_sizes": caps.tolist(), "pilot": n1.tolist(),
                "stage2": n2.tolist(), "interval": "finite-sample (betting, union over strata)",
                "value_range": list(x_range),

@@ -103,9 +103,9 @@ def stratified_interval(a_by_stratum: list[np.ndarray], b_by_stratum: list[np.nd
     statements = k if agg == "count" else 2 * k
     each = delta / statements
     counts = np.array([count_bounds(b, int(s), each, int(h))
-                       for b, s, h in zip(b_by_stratum, sizes, horizons)])
+                       for b, s, h in zip(b_by_stratum, sizes, horizons, strict=True)])
     if agg == "count":
         return combine(agg, counts, np.zeros((k, 2)))
     means = np.array([mean_bounds(a, b, int(s), value_range, each, int(h))
-                      for a, b, s, h in zip(a_by_stratum, b_by_stratum, sizes, horizons)])
+                      for a, b, s, h in zip(a_by_stratum, b_by_stratum, sizes, horizons, strict=True)])
     return combine(agg, counts, means)

@@ -90,7 +90,7 @@ def test_a_bad_budget_is_a_parameter_error(bad):
 @pytest.mark.parametrize("bad", [np.nan, -np.inf, [1], {"a": 1}, b"x", 1j, object()])
 def test_a_value_without_a_sql_literal_is_a_parameter_error(bad):
     with pytest.raises(ParameterError):
-        objects("car") >= bad
+        _ = objects("car") >= bad
     with pytest.raises(ParameterError, match="min_score"):
         objects("car", min_score=bad)
     with pytest.raises(ParameterError, match="where"):

@@ -2,7 +2,6 @@
 says how many frames it newly labelled."""
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 import vidql
@@ -68,5 +67,5 @@ def test_defaults_label_a_fraction_and_the_result_counts_new_labels(db):
     assert len(reps) == 50 < N_FRAMES  # default_sizes(600): 50 labelled frames, not all
     new = len(reps - set(range(100)))
     assert index.stats["newly_labelled"] == new < 50
-    assert f"{new} frames newly labelled" in message and f"of its 50 labels" in message
+    assert f"{new} frames newly labelled" in message and "of its 50 labels" in message
     assert labelled(db) == 100 + new

@@ -8,7 +8,7 @@ def naive_propagate(rep_values, positions, distances, exact_frames, eps):
     out = []
     for i in range(len(positions)):
         num = den = 0.0
-        for j, d in zip(positions[i], distances[i]):
+        for j, d in zip(positions[i], distances[i], strict=True):
             w = 1.0 / (max(float(d), 0.0) + eps)
             num += w * rep_values[j]
             den += w

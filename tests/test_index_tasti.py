@@ -184,7 +184,7 @@ def test_incremental_cracking_equals_a_full_recompute(toy, tmp_path):
     index = fresh_pixel_index(toy, reps=100)
     d = index.save(tmp_path / "idx")
     rng = np.random.default_rng(3)
-    for step in range(3):  # cracks saved one after another, then reloaded
+    for _ in range(3):  # cracks saved one after another, then reloaded
         frames = rng.choice(np.flatnonzero(unlabelled(index)), size=40, replace=False)
         index.add_labels(toy.labels[toy.labels["frame"].isin(frames)], frames)
         index.save(d)

@@ -3,7 +3,6 @@ values of evaluating each statistic on the labels themselves, and labels in whol
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 import vidql
 from vidql.datasets import read_labels
@@ -27,7 +26,7 @@ def _check_values(db_path, video: str, labels_path, n: int) -> None:
         for size in (1, 2, 17, n // 2):  # unsorted, repeated, cached and new frames
             frames = rng.choice(n, size)
             got = values(frames)
-            for expr, value in zip(EXPRS, got):
+            for expr, value in zip(EXPRS, got, strict=True):
                 np.testing.assert_array_equal(value, evaluate(expr, truth, frames), err_msg=expr)
 
 

@@ -138,7 +138,7 @@ def test_highway_batches_cover_every_frame_once():
     expected = sequential_digests(path, size=(128, 96))
     with FrameReader(path) as reader:
         got = [(i, digest(f)) for idx, batch in reader.iter_batches(256, size=(128, 96))
-               for i, f in zip(idx.tolist(), batch)]
+               for i, f in zip(idx.tolist(), batch, strict=True)]
     assert [i for i, _ in got] == list(range(1699))
     assert [d for _, d in got] == expected
 

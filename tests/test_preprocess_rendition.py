@@ -28,7 +28,7 @@ def resized_decode(path, size) -> np.ndarray:
 def assert_same_frames(low: np.ndarray, reference: np.ndarray, numbers: np.ndarray, tolerance: float):
     """Each rendition frame is close to its original and closer to it than to the original's neighbours."""
     low = low.astype(np.int16)
-    for picture, n in zip(low, numbers):
+    for picture, n in zip(low, numbers, strict=True):
         error = np.abs(picture - reference[n]).mean()
         assert error < tolerance, f"frame {n}: mean error {error:.1f}"
         for other in (n - 1, n + 1):

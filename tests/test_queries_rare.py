@@ -61,7 +61,7 @@ def test_flood_fill_labels_whole_events():
     starts = np.flatnonzero(np.diff(np.concatenate([[0], labels.astype(int)])) == 1)
     ends = np.flatnonzero(np.diff(np.concatenate([labels.astype(int), [0]])) == -1)
     found = set(res.frames.tolist())
-    touched = [(s, e) for s, e in zip(starts, ends) if any(f in found for f in range(s, e + 1))]
+    touched = [(s, e) for s, e in zip(starts, ends, strict=True) if any(f in found for f in range(s, e + 1))]
     assert len(touched) >= 5
     assert all(all(f in found for f in range(s, e + 1)) for s, e in touched)
 

@@ -50,7 +50,7 @@ def test_result_is_readable_by_name_from_sql(traffic_db):
         assert db.sql("SELECT estimate FROM r").fetchall() == [(estimate,)]
         assert duckdb.sql("SELECT estimate FROM r").fetchall() == [(estimate,)]
         assert db.con.sql("SELECT count(*) FROM r").fetchall() == [(1,)]
-        rel = r.relation
+        rel = r.relation  # noqa: F841 (DuckDB finds the local variable by its name)
         assert db.sql("SELECT estimate FROM rel").fetchall() == [(estimate,)]
         t = r  # a variable does not shadow the video table of the same name
         assert db.sql("SELECT count(*) FROM t").fetchall() == [(300,)] and t is r

@@ -43,7 +43,7 @@ class Terminal:
             try:
                 self.seen += os.read(self.fd, 65536)
             except OSError:  # the child closed the terminal
-                raise AssertionError(f"shell ended before {text!r}; got {self.seen[self.pos:]!r}")
+                raise AssertionError(f"shell ended before {text!r}; got {self.seen[self.pos:]!r}") from None
         before, self.pos = self.seen[self.pos:end], end + len(text.encode())
         return ANSI.sub(b"", before).decode(errors="replace")
 

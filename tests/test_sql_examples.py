@@ -63,9 +63,9 @@ def test_exact_examples(night):
                 "ORDER BY cars DESC LIMIT 5;").df()
     cars = true_values(truth, "objects('car')")[:500]
     assert sorted(df["cars"], reverse=True) == sorted(cars, reverse=True)[:5]
-    assert all(cars[f] == c for f, c in zip(df["frame"], df["cars"]))
+    assert all(cars[f] == c for f, c in zip(df["frame"], df["cars"], strict=True))
     counts = db.sql("SELECT label, count(*) AS n FROM night.objects GROUP BY label;").df()
-    assert dict(zip(counts["label"], counts["n"])) == truth["label"].value_counts().to_dict()
+    assert dict(zip(counts["label"], counts["n"], strict=True)) == truth["label"].value_counts().to_dict()
 
 
 @pytest.mark.slow

@@ -135,7 +135,7 @@ def test_cars_are_drawn_where_the_truth_says():
         covered = np.zeros(diff.shape, bool)
         for r in np.flatnonzero((pl.frame == i)):
             x1, y1, x2, y2 = (int(np.clip(v, 0, lim)) for v, lim in
-                              zip((pl.x1[r], pl.y1[r], pl.x2[r], pl.y2[r]), (320, 180, 320, 180)))
+                              zip((pl.x1[r], pl.y1[r], pl.x2[r], pl.y2[r]), (320, 180, 320, 180), strict=True))
             covered[y1:y2, x1:x2] = True
             if pl.in_truth[r] and pl.visible[r] == 1.0 and kind[r] != PERSON:
                 inside.append(diff[y1:y2, x1:x2].mean())
