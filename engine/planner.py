@@ -241,8 +241,8 @@ def _error_bound(b: Binding, q: Query, seed: int, report: Report, truths=None):
             b.n, _pair(b, stat, pred, truths=truths), value_range=_value_range(stat, report),
             **common)
     values = truths(target)
-    return queries.aggregate_error_bound(b.n, lambda positions: values(positions)[0],
-                                         proxy=b.proxy(target),
+    first = _labels_ahead_as(lambda positions: values(positions)[0], values)
+    return queries.aggregate_error_bound(b.n, first, proxy=b.proxy(target),
                                          value_range=_value_range(target, report), **common)
 
 
@@ -295,7 +295,14 @@ def _pair(b: Binding, stat: FrameExpr | None, pred: FrameExpr | None, *extra: Fr
         p = got.pop(0) > 0 if pred is not None else np.ones(len(positions), dtype=bool)
         return (s, p, *got)
 
-    return b._ahead(values) if truths else values
+    return _labels_ahead_as(values, truths)
+
+
+def _labels_ahead_as(fn, source):
+    """`fn` labels ahead exactly when `source` does (the label cache's callbacks do; EXPLAIN's
+    stand-in values must not), so operators can name the frames they will ask for next."""
+    fn.ahead = getattr(source, "ahead", None)
+    return fn
 
 
 def _run_budget(b: Binding, q: Query, seed: int, report: Report, stat, pred, conf) -> pd.DataFrame:

@@ -121,3 +121,14 @@ def test_every_query_explain_accepts_runs(tmp_path, traffic):
                     db.sql(query)
                 continue
             db.sql(query).df()
+
+
+def test_explain_of_a_ratio_labels_nothing(tmp_path, traffic):
+    """EXPLAIN's dry run of AVG ... WHERE feeds the operator stand-in values: it must not
+    label the frames the operator would ask for next (the label cache's look-ahead)."""
+    with _connect(tmp_path / "x.db", *traffic) as db:
+        db.sql("SELECT COUNT(*) FROM v WHERE contains('person') ORACLE BUDGET 100 SEED 1")
+        before = db.labels("v").labelled_frames.size
+        db.sql("EXPLAIN SELECT AVG(objects('car')) FROM v WHERE contains('truck') "
+               "ERROR WITHIN 0.5 SEED 3").df()
+        assert db.labels("v").labelled_frames.size == before
