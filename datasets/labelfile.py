@@ -6,12 +6,12 @@ from 0, boxes in pixels; frames without detections have no rows.
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 import pandas as pd
 
 from vidql.errors import VidqlError
+from vidql.files import atomic_path
 
 LABEL_COLUMNS = ["frame", "label", "score", "x1", "y1", "x2", "y2"]
 _FLOAT_COLUMNS = ["score", "x1", "y1", "x2", "y2"]
@@ -57,17 +57,11 @@ def write_labels(df: pd.DataFrame, path: str | os.PathLike) -> Path:
     data = _validated(df, path)
     fmt = _format(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
+    with atomic_path(path) as tmp:
         if fmt == "csv":
             data.to_csv(tmp, index=False)
         else:
             data.to_parquet(tmp, index=False)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
     return path
 
 

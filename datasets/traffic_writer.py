@@ -3,13 +3,13 @@ from __future__ import annotations
 
 import os
 import queue
-import tempfile
 import threading
 from pathlib import Path
 
 import pandas as pd
 
 from vidql.errors import ParameterError
+from vidql.files import atomic_path
 
 from .synthetic import TrafficScene, progress_bar
 from .traffic_model import CHUNK
@@ -68,13 +68,10 @@ def generate_traffic(path: str | os.PathLike, n_frames: int, *, width: int = 320
     scene = TrafficScene(n_frames, width, height, seed)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".tmp" + (path.suffix or ".mp4"),
-                               dir=path.parent)
-    os.close(fd)
     truth = []
     bar = progress_bar(scene.n_frames, progress, f"traffic {path.name}")
     try:
-        with av.open(tmp, "w", format="mp4") as container:
+        with atomic_path(path, path.suffix or ".mp4") as tmp, av.open(str(tmp), "w", format="mp4") as container:
             stream = container.add_stream("libx264", rate=int(fps))
             stream.width, stream.height, stream.pix_fmt = scene.width, scene.height, "yuv420p"
             stream.codec_context.thread_count = 2  # fixed, so the bytes do not depend on the host
@@ -96,10 +93,7 @@ def generate_traffic(path: str | os.PathLike, n_frames: int, *, width: int = 320
                             bar.update(1)
             finally:
                 encoder.close()
-        os.replace(tmp, path)
     finally:
         if bar is not None:
             bar.close()
-        if os.path.exists(tmp):
-            os.unlink(tmp)
     return pd.concat(truth, ignore_index=True)

@@ -110,7 +110,7 @@ class Catalog:
             self._upgrade_objects_views()
 
     # ---- transactions -------------------------------------------------------------
-    def _atomic(self, statements: list[tuple[str, list]]) -> None:
+    def run_atomically(self, statements: list[tuple[str, list]]) -> None:
         self.con.execute("BEGIN TRANSACTION")
         try:
             for sql, params in statements:
@@ -163,7 +163,7 @@ class Catalog:
             self.con.register("__vidql_ts", pd.DataFrame({"frame": np.arange(info.frame_count),
                                                           "ts": ts}))
             q = _quote(name)
-            self._atomic([
+            self.run_atomically([
                 ("INSERT INTO vidql.videos (name, path, codec, width, height, fps, frame_count, "
                  "duration, fingerprint, oracle, rendition_short_side) "
                  "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?)",
@@ -262,7 +262,7 @@ class Catalog:
                                    f"'{row['path']}'): ALTER VIDEO ... SET PATH only moves a "
                                    f"video whose bytes are unchanged; LOAD VIDEO it under "
                                    f"another name")
-        self._atomic([("UPDATE vidql.videos SET path = ? WHERE name = ?", [str(path), name])])
+        self.run_atomically([("UPDATE vidql.videos SET path = ? WHERE name = ?", [str(path), name])])
         self._infos.pop(name, None)
         info = self.video_info(name)
         with open(self.video_dir(name) / "info.pkl", "wb") as fh:
@@ -289,14 +289,14 @@ class Catalog:
             statements.append((f"CREATE TABLE main.{q} AS SELECT CAST(frame AS BIGINT) AS frame, "
                                f"CAST(ts AS DOUBLE) AS ts FROM __vidql_ts ORDER BY frame", []))
         try:
-            self._atomic(statements)
+            self.run_atomically(statements)
         finally:
             self.con.unregister("__vidql_ts")
 
     def drop_video(self, name: str) -> None:
         name = self.video_row(name)["name"]
         q = _quote(name)
-        self._atomic([
+        self.run_atomically([
             ("DELETE FROM vidql.labels WHERE video = ?", [name]),
             ("DELETE FROM vidql.labelled WHERE video = ?", [name]),
             ("DELETE FROM vidql.indexes WHERE video = ?", [name]),
@@ -332,10 +332,10 @@ class Catalog:
         oracle = make_oracle(existing or name, kind, source, options)
         row = [kind.upper(), source, json.dumps(options), oracle.identity]
         if existing:
-            self._atomic([("UPDATE vidql.oracles SET kind = ?, source = ?, options = ?, "
+            self.run_atomically([("UPDATE vidql.oracles SET kind = ?, source = ?, options = ?, "
                            "identity = ? WHERE name = ?", [*row, existing])])
         else:
-            self._atomic([("INSERT INTO vidql.oracles VALUES (?, ?, ?, ?, ?)", [name, *row])])
+            self.run_atomically([("INSERT INTO vidql.oracles VALUES (?, ?, ?, ?, ?)", [name, *row])])
         self._oracles[oracle.name] = (oracle, self._source_stats(oracle))
         return oracle
 
@@ -350,7 +350,7 @@ class Catalog:
             raise CatalogError(f"oracle {row[0]!r} is the default oracle of video(s) "
                                f"{', '.join(users)}: SET ORACLE {users[0]} = <another oracle> "
                                f"(or DROP VIDEO {users[0]}) first")
-        self._atomic([("DELETE FROM vidql.oracles WHERE name = ?", [row[0]])])
+        self.run_atomically([("DELETE FROM vidql.oracles WHERE name = ?", [row[0]])])
         self._oracles.pop(row[0], None)
         return self.con.execute("SELECT count(*) FROM vidql.labelled WHERE oracle = ?",
                                 [row[4]]).fetchall()[0][0]
@@ -417,7 +417,7 @@ class Catalog:
     def set_oracle(self, video: str, oracle: str) -> None:
         video = self.video_row(video)["name"]
         o = self.oracle(oracle)
-        self._atomic([("UPDATE vidql.videos SET oracle = ? WHERE name = ?", [o.name, video])])
+        self.run_atomically([("UPDATE vidql.videos SET oracle = ? WHERE name = ?", [o.name, video])])
 
     def default_oracle(self, video: str) -> Oracle:
         row = self.video_row(video)

@@ -177,10 +177,6 @@ class Query:
     limit: int | None = None            # LIMIT n when n is a constant integer
 
     @property
-    def approximate(self) -> bool:
-        return self.kind != "exact"
-
-    @property
     def confidence(self) -> float | None:
         """CONFIDENCE as given, DEFAULT_CONFIDENCE for kinds with a guarantee, else None."""
         if self.kind in ("aggregate", "aggregate_budget", "select_recall", "select_precision"):

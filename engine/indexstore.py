@@ -64,7 +64,7 @@ class IndexStore:
         index.save(directory)
         stored = {**{k: v for k, v in index.config.items()}, "oracle": cache.oracle.name}
         try:
-            self.catalog._atomic([("INSERT INTO vidql.indexes (name, video, method, options, "
+            self.catalog.run_atomically([("INSERT INTO vidql.indexes (name, video, method, options, "
                                    "oracle_identity) VALUES (?, ?, 'TASTI', ?, ?)",
                                    [name, video, json.dumps(stored), cache.oracle.identity])])
         except BaseException:
@@ -168,7 +168,7 @@ class IndexStore:
             if if_exists:
                 return False
             raise
-        self.catalog._atomic([("DELETE FROM vidql.indexes WHERE name = ?", [row["name"]])])
+        self.catalog.run_atomically([("DELETE FROM vidql.indexes WHERE name = ?", [row["name"]])])
         shutil.rmtree(self.directory(row["name"]), ignore_errors=True)
         self._open.pop(row["name"], None)
         return True

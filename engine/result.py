@@ -2,7 +2,7 @@
 relation, with the report of what the statement did and cost."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -58,9 +58,6 @@ class Report:
         if self.seed is not None:
             parts.append(f"seed: {self.seed}")
         return " | ".join(parts) + (f"\nseconds: {stages}" if stages else "")
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 class Result:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
 from pathlib import Path
 from typing import Callable
@@ -17,6 +16,7 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
+from vidql.files import atomic_path
 from vidql.errors import ParameterError, QueryError, VidqlError
 from ..engine.framestat import DETECTION_COLUMNS, FrameExpr, evaluate, parse_frame_expr
 from .embedders import (embed_source, find_pretrained_weights, network_embedder,
@@ -385,9 +385,8 @@ class TastiIndex:
         meta = dict(format=FORMAT_VERSION, n_frames=self.n_frames, k=self.k, eps=self.eps,
                     identity=self.identity, config=self.config, stats=self.stats,
                     cracks=cracks, proxies=proxies)
-        tmp = d / "meta.json.tmp"
-        tmp.write_text(json.dumps(meta, indent=2, default=_json_default))
-        os.replace(tmp, d / "meta.json")
+        with atomic_path(d / "meta.json") as tmp:
+            tmp.write_text(json.dumps(meta, indent=2, default=_json_default))
         self._saved = {"cracks": cracks, "reps": len(self.rep_frames), "proxies": proxies}
         self._changed = []
         _remove_unlisted(d, cracks, proxies)
@@ -414,11 +413,9 @@ class TastiIndex:
         rows = np.unique(np.concatenate([np.empty(0, np.int64), *self._changed]))
         new = self.rep_frames[self._saved["reps"]:]
         _atomic_parquet(self.labels[self.labels["frame"].isin(new)], d / "cracks" / f"{number}.parquet")
-        tmp = d / "cracks" / f"{number}.tmp.npz"
-        with open(tmp, "wb") as fh:
+        with atomic_path(d / "cracks" / f"{number}.npz") as tmp, open(tmp, "wb") as fh:
             np.savez(fh, reps=new, rows=rows, distances=self.distances[rows],
                      positions=self.positions[rows])
-        os.replace(tmp, d / "cracks" / f"{number}.npz")
 
     def _write_proxies(self, d: Path, cracks: int, on_disk: dict) -> dict:
         """Cached proxies as files named for this state ({statistic: file name}); those in
@@ -500,15 +497,13 @@ def _remove_unlisted(d: Path, cracks: int, proxies: dict) -> None:
 
 
 def _atomic_parquet(df: pd.DataFrame, path: Path) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    df.to_parquet(tmp, index=False)
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        df.to_parquet(tmp, index=False)
 
 
 def _atomic_save(path: Path, array: np.ndarray) -> None:
-    tmp = path.with_name(path.name + ".tmp.npy")
-    np.save(tmp, array)
-    os.replace(tmp, path)
+    with atomic_path(path, ".npy") as tmp:
+        np.save(tmp, array)
 
 
 def _json_default(value):

@@ -14,7 +14,7 @@ import numpy as np
 from av.video.reformatter import VideoReformatter
 
 from vidql.errors import VidqlError, VideoError
-from vidql.preprocess.probe import VideoInfo, _reason, probe_video
+from vidql.preprocess.probe import VideoInfo, ffmpeg_reason, probe_video
 
 Size = tuple[int, int]  # (width, height)
 
@@ -135,14 +135,9 @@ class FrameReader:
                         names, pictures = [], []
             except av.error.FFmpegError as exc:
                 raise VideoError(self.path, f"decoding keyframes failed after frame "
-                                            f"{names[-1] if names else 'none'} ({_reason(exc)})") from exc
+                                            f"{names[-1] if names else 'none'} ({ffmpeg_reason(exc)})") from exc
         if names:
             yield np.asarray(names, dtype=np.int64), np.stack(pictures)
-
-    def to_rgb(self, frame: "av.VideoFrame", size: Size | None = None) -> np.ndarray:
-        """Convert one decoded frame to H×W×3 uint8 RGB at `size` (swscale does the resize)."""
-        width, height = self._out_size(size)
-        return self._to_rgb(frame, width, height)
 
     # -- decoding -------------------------------------------------------------------
     def iter_frames(self, targets: Sequence[int]) -> Iterator[tuple[int, "av.VideoFrame"]]:
@@ -215,14 +210,14 @@ class FrameReader:
         except av.error.FFmpegError as exc:
             where = "the first frame after a seek" if last is None else f"frame {last + 1}"
             raise VideoError(self.path, f"decoding failed near {where} of {self.info.frame_count} "
-                                        f"({_reason(exc)})") from exc
+                                        f"({ffmpeg_reason(exc)})") from exc
 
     def _open(self):
         if self._container is None:
             try:
                 self._container = av.open(self.path)
             except av.error.FFmpegError as exc:
-                raise VideoError(self.path, f"cannot open ({_reason(exc)})") from exc
+                raise VideoError(self.path, f"cannot open ({ffmpeg_reason(exc)})") from exc
             stream = self._container.streams.video[0]
             if self.threads == 1:
                 stream.thread_type = "NONE"

@@ -70,7 +70,7 @@ def probe_video(path: str | os.PathLike) -> VideoInfo:
     try:
         container = av.open(str(path), mode="r")
     except (av.error.FFmpegError, UnicodeDecodeError) as exc:
-        raise VideoError(path, f"FFmpeg cannot parse it ({_reason(exc)}); it is truncated, "
+        raise VideoError(path, f"FFmpeg cannot parse it ({ffmpeg_reason(exc)}); it is truncated, "
                                  "corrupt or not a video") from exc
     with container:
         if not container.streams.video or container.format.name in _NOT_VIDEO_FORMATS:
@@ -106,7 +106,7 @@ def probe_video(path: str | os.PathLike) -> VideoInfo:
         return _build_info(path, stream, codec, pts, keyframe_pts, counted_by)
 
 
-def _reason(exc: BaseException) -> str:
+def ffmpeg_reason(exc: BaseException) -> str:
     """FFmpeg's words for an error, without errno and C function names."""
     text = re.sub(r"^\[Errno -?\d+\] ", "", str(exc)).split(": '")[0]
     return text or type(exc).__name__
@@ -126,7 +126,7 @@ def _demux_packet_table(path: Path, container, stream):
             packets.append((packet.pts, packet.dts, bool(packet.is_keyframe)))
     except av.error.FFmpegError as exc:
         raise VideoError(path, f"corrupt or truncated container after {len(packets)} packets "
-                               f"({_reason(exc)})") from exc
+                               f"({ffmpeg_reason(exc)})") from exc
     if not packets:
         raise VideoError(path, "video stream holds no frames (empty or truncated file)")
     return packets, demuxed
@@ -155,7 +155,7 @@ def _check_first_frame_decodes(path: Path, first_pts: int) -> None:
                     raise _NotTrusted
                 return
         except av.error.FFmpegError as exc:
-            raise VideoError(path, f"the video cannot be decoded ({_reason(exc)})") from exc
+            raise VideoError(path, f"the video cannot be decoded ({ffmpeg_reason(exc)})") from exc
     raise VideoError(path, "the video stream decodes to no frames")
 
 
@@ -180,8 +180,8 @@ def _decode_layout(path: Path, packets) -> tuple[list[int | None], set[int]]:
                 pts.append(frame.pts)
         except av.error.FFmpegError as exc:
             if not pts:
-                raise VideoError(path, f"the video cannot be decoded ({_reason(exc)})") from exc
-            raise VideoError(path, f"decoding failed at frame {len(pts)} ({_reason(exc)})") from exc
+                raise VideoError(path, f"the video cannot be decoded ({ffmpeg_reason(exc)})") from exc
+            raise VideoError(path, f"decoding failed at frame {len(pts)} ({ffmpeg_reason(exc)})") from exc
     if not pts:
         raise VideoError(path, "the video stream decodes to no frames")
     return pts, keyframe_pts

@@ -22,7 +22,7 @@ import numpy as np
 
 from vidql.errors import ParameterError, VidqlError, VideoError
 from vidql.preprocess.frames import FrameReader, Size
-from vidql.preprocess.probe import VideoInfo, _reason, probe_video
+from vidql.preprocess.probe import VideoInfo, ffmpeg_reason, probe_video
 from vidql.ranges import Bounds
 
 SHORT_SIDE = Bounds(16, 2160, whole=True)  # LOAD VIDEO ... WITH (rendition = px)
@@ -156,7 +156,7 @@ def _transcode(info: VideoInfo, out: Path, frames: np.ndarray, width: int, heigh
                     bar.update(1)
             container.mux(stream.encode(None))
     except av.error.FFmpegError as exc:
-        raise VideoError(out, f"writing the rendition failed ({_reason(exc)})") from exc
+        raise VideoError(out, f"writing the rendition failed ({ffmpeg_reason(exc)})") from exc
     finally:
         if bar is not None:
             bar.close()
