@@ -86,7 +86,6 @@ def test_oracle_errors(tmp_path):
         assert db.oracles().empty
 
 
-@pytest.mark.slow
 def test_torchvision_oracle_from_weights_file(tmp_path, counter_clip):
     """A user's own checkpoint loads (here an untrained one, saved by the test)."""
     import torch

@@ -39,7 +39,6 @@ def unlabelled(index):
     return mask
 
 
-@pytest.mark.slow
 def test_triplet_index_ranks_car_counts_far_better_than_random(built, toy):
     index, oracle = built
     truth = toy.truth(CAR)
@@ -50,7 +49,6 @@ def test_triplet_index_ranks_car_counts_far_better_than_random(built, toy):
     assert index.stats["embedding"] == "triplet CNN" and index.stats["triplets"] >= 3000
 
 
-@pytest.mark.slow
 def test_oracle_called_once_per_representative_and_nothing_else(built):
     index, oracle = built  # CountingOracle fails on a repeated frame
     assert index.stats["oracle_calls"] == oracle.calls == len(index.rep_frames) == 300
@@ -60,7 +58,6 @@ def test_oracle_called_once_per_representative_and_nothing_else(built):
     assert set(index.stats["seconds"]) >= {"mining_embedding", "train", "embedding", "knn"}
 
 
-@pytest.mark.slow
 def test_proxies_are_exact_at_labelled_frames_finite_and_cached(built, toy):
     index, _ = built
     for expr in (CAR, "contains('bus')", "objects('car') >= 3", "objects(*) + objects('person')"):
@@ -75,7 +72,6 @@ def test_proxies_are_exact_at_labelled_frames_finite_and_cached(built, toy):
         index.proxy("1 + 1")
 
 
-@pytest.mark.slow
 def test_rare_class_predicate_separates_positives(built, toy):
     index, _ = built
     truth = toy.truth("contains('bus')")
@@ -87,7 +83,6 @@ def test_rare_class_predicate_separates_positives(built, toy):
     assert precision_at_k > 10 * truth[mask].mean()
 
 
-@pytest.mark.slow
 def test_save_load_gives_identical_proxies_without_recomputing(built, tmp_path, monkeypatch):
     index, _ = built
     before = index.proxy(CAR).copy()
@@ -116,7 +111,6 @@ def test_save_load_gives_identical_proxies_without_recomputing(built, tmp_path, 
     assert np.array_equal(TastiIndex.load(tmp_path / "idx").proxy("contains('person')"), new)
 
 
-@pytest.mark.slow
 def test_load_with_mismatched_identity_or_missing_index_raises(built, tmp_path):
     index, _ = built
     index.save(tmp_path / "idx")
@@ -198,7 +192,6 @@ def test_incremental_cracking_equals_a_full_recompute(toy, tmp_path):
         assert np.allclose(index.proxy(expr), full.proxy(expr), rtol=1e-4, atol=1e-6)
 
 
-@pytest.mark.slow
 def test_pixel_index_uses_reps_labels_and_seeds_reproduce(toy):
     a = fresh_pixel_index(toy, reps=120, seed=3)
     b = fresh_pixel_index(toy, reps=120, seed=3)
@@ -224,7 +217,6 @@ def test_bad_parameters_raise_before_any_oracle_call(toy):
     assert oracle.calls == 0
 
 
-@pytest.mark.slow
 def test_label_fn_columns_are_checked(toy):
     def bad_oracle(frames):
         return pd.DataFrame({"frame": frames})

@@ -48,7 +48,6 @@ def test_triplets_pair_close_frames_far_apart_in_time_against_non_close_ones():
     assert (gap == 1).mean() > 0.5  # near-miss negatives: counts one apart
 
 
-@pytest.mark.slow
 def test_triplet_training_pulls_close_frames_together():
     toy = ToyTraffic(n_frames=600, seed=5)
     frames = np.arange(0, 600, 3)
@@ -79,7 +78,6 @@ def test_pretrained_weights_are_never_invented(tmp_path, monkeypatch):
     assert oracle.calls == 0
 
 
-@pytest.mark.slow
 def test_pretrained_embedder_loads_local_weights_from_the_hub_cache(tmp_path, monkeypatch):
     import torchvision
 

@@ -19,7 +19,6 @@ def traffic(tmp_path_factory):
     return path, truth
 
 
-@pytest.mark.slow
 def test_index_over_decoded_video_ranks_car_counts(traffic):
     path, truth = traffic
     oracle = CountingOracle(truth)

@@ -36,7 +36,6 @@ def true_values(truth, expr):
     return evaluate(expr, truth, np.arange(N_FRAMES))
 
 
-@pytest.mark.slow
 def test_catalog_examples(night, tmp_path, oracle_module):
     db, _, video, labels = night
     assert db.sql("SHOW VIDEOS;").df()["name"].tolist() == ["night"]
@@ -56,7 +55,6 @@ def test_catalog_examples(night, tmp_path, oracle_module):
     assert db.sql("SHOW VIDEOS;").df()["name"].tolist() == ["night"]
 
 
-@pytest.mark.slow
 def test_exact_examples(night):
     db, truth, _, _ = night
     df = db.sql("SELECT frame, objects('car') AS cars FROM night WHERE frame < 500 "
@@ -68,7 +66,6 @@ def test_exact_examples(night):
     assert dict(zip(counts["label"], counts["n"], strict=True)) == truth["label"].value_counts().to_dict()
 
 
-@pytest.mark.slow
 def test_aggregate_examples(night):
     db, truth, _, _ = night
     cars = true_values(truth, "objects('car')")
@@ -88,7 +85,6 @@ def test_aggregate_examples(night):
     assert db.last_report.oracle_calls <= 2000
 
 
-@pytest.mark.slow
 def test_limit_example(night):
     db, truth, _, _ = night
     df = db.sql("SELECT frame FROM night WHERE objects('car') >= 5 LIMIT 10 GAP 300;").df()
@@ -104,7 +100,6 @@ def test_limit_example(night):
     assert min(10, optimum) >= len(frames) >= min(10, (optimum + 1) // 2)
 
 
-@pytest.mark.slow
 def test_selection_examples(night):
     db, truth, _, _ = night
     bus = set(np.flatnonzero(true_values(truth, "contains('bus')") > 0))
@@ -117,7 +112,6 @@ def test_selection_examples(night):
     assert got and len(got & bus) >= 0.95 * len(got)
 
 
-@pytest.mark.slow
 def test_rare_example(night):
     db, truth, _, _ = night
     bus = set(np.flatnonzero(true_values(truth, "contains('bus')") > 0))
@@ -125,7 +119,6 @@ def test_rare_example(night):
     assert len(df) > 0 and set(df["frame"]) <= bus and df["verified"].all()
 
 
-@pytest.mark.slow
 def test_other_clauses(night):
     db, _, _, labels = night
     plan = db.sql("EXPLAIN SELECT frame FROM night WHERE contains('bus') RECALL TARGET 90% "
@@ -168,7 +161,6 @@ def test_interrupted_query_keeps_labels_and_resumes(counter_clip, oracle_module,
         assert report.cache_hits >= cached and result["estimate"][0] > 0
 
 
-@pytest.mark.slow
 def test_python_api_mirrors_sql(night):
     from vidql import contains, objects
 
@@ -194,7 +186,6 @@ def test_python_api_mirrors_sql(night):
         video.select(recall=0.9, precision=0.9)
 
 
-@pytest.mark.slow
 def test_cracking_grows_the_index_and_changes_the_sample(tmp_path):
     video, labels = ensure_traffic(tmp_path, 1200, seed=SEED)
     with vidql.connect(progress=False) as db:
