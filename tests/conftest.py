@@ -72,6 +72,19 @@ def oracle_module(tmp_path, monkeypatch):
     sys.modules.pop("vq_test_oracle", None)
 
 
+@pytest.fixture()
+def clip_db(counter_clip, oracle_module):
+    """An in-memory database with `counter_clip` as video `clip` and BrightnessOracle `bright`
+    as its oracle."""
+    import vidql
+
+    with vidql.connect(progress=False) as db:
+        db.sql(f"LOAD VIDEO '{counter_clip}' AS clip")
+        db.sql("CREATE ORACLE bright FROM PYTHON 'vq_test_oracle:BrightnessOracle'; "
+               "SET ORACLE clip = bright")
+        yield db
+
+
 @pytest.fixture(scope="session")
 def small_traffic(tmp_path_factory) -> tuple[Path, Path]:
     """(video, labels) of a 300-frame synthetic traffic video (seed 1)."""

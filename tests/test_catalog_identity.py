@@ -128,12 +128,8 @@ def test_python_oracle_edit_needs_replace(db_clip):
 
 
 @pytest.fixture()
-def db_clip(counter_clip, oracle_module):
-    with vidql.connect(progress=False) as db:
-        db.sql(f"LOAD VIDEO '{counter_clip}' AS clip")
-        db.sql("CREATE ORACLE bright FROM PYTHON 'vq_test_oracle:BrightnessOracle'; "
-               "SET ORACLE clip = bright")
-        yield db, oracle_module
+def db_clip(clip_db, oracle_module):
+    return clip_db, oracle_module
 
 
 def test_drop_oracle(db_clip, tmp_path):

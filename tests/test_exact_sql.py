@@ -4,17 +4,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import vidql
 from vidql.errors import CatalogError, QueryError
 
 
 @pytest.fixture()
-def db(counter_clip, oracle_module):
-    with vidql.connect(progress=False) as db:
-        db.sql(f"LOAD VIDEO '{counter_clip}' AS clip")
-        db.sql("CREATE ORACLE bright FROM PYTHON 'vq_test_oracle:BrightnessOracle'; "
-               "SET ORACLE clip = bright")
-        yield db
+def db(clip_db):
+    return clip_db
 
 
 def _brightness_counts(counter_clip, frames):
