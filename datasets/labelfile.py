@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pandas as pd
 
+from vidql.detections import DETECTION_COLUMNS, FLOAT_COLUMNS
 from vidql.errors import VidqlError
 from vidql.files import atomic_path
 
-LABEL_COLUMNS = ["frame", "label", "score", "x1", "y1", "x2", "y2"]
-_FLOAT_COLUMNS = ["score", "x1", "y1", "x2", "y2"]
+LABEL_COLUMNS = DETECTION_COLUMNS
 _FORMATS = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
 
 
@@ -33,7 +33,7 @@ def _validated(df: pd.DataFrame, path: Path) -> pd.DataFrame:
         raise VidqlError(f"label file '{path}' lacks column(s) {', '.join(missing)}; "
                          f"expected {','.join(LABEL_COLUMNS)}")
     out = {}
-    for col in ["frame"] + _FLOAT_COLUMNS:
+    for col in ["frame"] + FLOAT_COLUMNS:
         values = pd.to_numeric(df[col], errors="coerce")
         bad = values.isna()
         if bad.any():
@@ -75,7 +75,7 @@ def read_labels(path: str | os.PathLike) -> pd.DataFrame:
     try:
         if fmt == "csv":
             df = pd.read_csv(path, dtype={"label": "str"}, keep_default_na=False,
-                             na_values={c: [""] for c in ["frame"] + _FLOAT_COLUMNS})
+                             na_values={c: [""] for c in ["frame"] + FLOAT_COLUMNS})
         else:
             df = pd.read_parquet(path)
     except (ValueError, OSError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:

@@ -8,7 +8,8 @@ import numpy as np
 import pandas as pd
 
 from vidql.errors import OracleError
-from .oracle import COCO_CLASSES, Oracle, detections_frame, file_digest
+from vidql.detections import detections_frame
+from .oracle import COCO_CLASSES, Oracle, file_digest
 from vidql.ranges import BATCH_SIZE, Bounds
 
 YOLO_INPUT_PAD = 114

@@ -15,10 +15,10 @@ import numpy as np
 import pandas as pd
 
 from .dialect_lex import byte_to_char, connection
+from vidql.detections import DETECTION_COLUMNS
 from vidql.errors import QueryError
 
 FRAME_FUNCTIONS = ("objects", "contains")
-DETECTION_COLUMNS = ["frame", "label", "score", "x1", "y1", "x2", "y2"]
 
 
 @dataclass(frozen=True)

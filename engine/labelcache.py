@@ -16,9 +16,9 @@ import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
+from vidql.detections import DETECTION_COLUMNS
 from vidql.errors import OracleError, VidqlError
-from .framestat import (DETECTION_COLUMNS, FrameExpr, FrameStatistics, count_detections,
-                        count_sql)
+from .framestat import FrameExpr, FrameStatistics, count_detections, count_sql
 from .oracle import Oracle, check_detections
 
 SCHEMA_SQL = """

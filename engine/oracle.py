@@ -1,8 +1,7 @@
 """The oracle interface: a batch of frames in, detections out, with a stable identity.
 
-Detections are always a DataFrame with DETECTION_COLUMNS (`frame, label, score, x1, y1,
-x2, y2`), one row per detection, boxes in original pixels. A frame with no detection has
-no row. The label cache (engine.labelcache) is the only caller.
+Detections are always a DataFrame with DETECTION_COLUMNS (vidql.detections). The label
+cache (engine.labelcache) is the only caller.
 """
 from __future__ import annotations
 
@@ -14,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from vidql.errors import OracleError
-from .framestat import DETECTION_COLUMNS
+from vidql.detections import DETECTION_COLUMNS, FLOAT_COLUMNS, missing_columns
 
 COCO_CLASSES = (
     "person bicycle car motorcycle airplane bus train truck boat traffic_light fire_hydrant "
@@ -34,24 +33,6 @@ def file_digest(path: str | Path, length: int = 16) -> str:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()[:length]
-
-
-def empty_detections() -> pd.DataFrame:
-    return pd.DataFrame({
-        "frame": pd.Series(dtype="int64"), "label": pd.Series(dtype="str"),
-        **{c: pd.Series(dtype="float64") for c in DETECTION_COLUMNS[2:]}})
-
-
-def detections_frame(rows: list[tuple]) -> pd.DataFrame:
-    """DataFrame from (frame, label, score, x1, y1, x2, y2) tuples, with the standard dtypes."""
-    if not rows:
-        return empty_detections()
-    df = pd.DataFrame(rows, columns=DETECTION_COLUMNS)
-    df["frame"] = df["frame"].astype("int64")
-    df["label"] = df["label"].astype("str")
-    for c in DETECTION_COLUMNS[2:]:
-        df[c] = df[c].astype("float64")
-    return df
 
 
 class Oracle(ABC):
@@ -75,7 +56,7 @@ class Oracle(ABC):
 
 def check_detections(df: pd.DataFrame, frame_ids: np.ndarray, oracle: Oracle) -> pd.DataFrame:
     """Validate an oracle's output before it is cached, so a buggy oracle cannot poison it."""
-    missing = [c for c in DETECTION_COLUMNS if c not in df.columns]
+    missing = missing_columns(df)
     if missing:
         raise OracleError(f"oracle {oracle.name!r} returned detections without columns {missing}")
     df = df[DETECTION_COLUMNS].copy()
@@ -83,7 +64,7 @@ def check_detections(df: pd.DataFrame, frame_ids: np.ndarray, oracle: Oracle) ->
     if stray.any():
         raise OracleError(f"oracle {oracle.name!r} returned detections for frames it was not "
                           f"asked about: {sorted(set(df['frame'][stray]))[:5]}")
-    if df[DETECTION_COLUMNS[2:]].isna().any().any() or df["label"].isna().any():
+    if df[FLOAT_COLUMNS].isna().any().any() or df["label"].isna().any():
         raise OracleError(f"oracle {oracle.name!r} returned detections with missing values")
     df["frame"] = df["frame"].astype("int64")
     df["label"] = df["label"].astype("str")

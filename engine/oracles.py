@@ -10,7 +10,8 @@ import numpy as np
 import pandas as pd
 
 from vidql.errors import OracleError
-from .oracle import Oracle, detections_frame, file_digest
+from vidql.detections import detections_frame
+from .oracle import Oracle, file_digest
 from vidql.ranges import BATCH_SIZE, Bounds
 
 ORACLE_KINDS = ("ONNX", "TORCHVISION", "LABELS", "PYTHON")

@@ -18,7 +18,9 @@ from tqdm.auto import tqdm
 
 from vidql.files import atomic_path
 from vidql.errors import ParameterError, QueryError, VidqlError
-from ..engine.framestat import DETECTION_COLUMNS, FrameExpr, evaluate, parse_frame_expr
+from vidql.detections import DETECTION_COLUMNS, empty_detections, missing_columns, with_dtypes
+
+from ..engine.framestat import FrameExpr, evaluate, parse_frame_expr
 from .embedders import (embed_source, find_pretrained_weights, network_embedder,
                         pixel_embeddings, pretrained_embeddings, source_length)
 from .fpf import farthest_point_first, random_representatives
@@ -85,22 +87,13 @@ def check_int(name: str, value, low: int, high: int) -> int:
     return int(value)
 
 
-def _empty_labels() -> pd.DataFrame:
-    return pd.DataFrame({"frame": pd.Series(dtype="int64"), "label": pd.Series(dtype="str"),
-                         **{c: pd.Series(dtype="float64") for c in DETECTION_COLUMNS[2:]}})
-
-
 def _clean_labels(df: pd.DataFrame, frames: np.ndarray) -> pd.DataFrame:
     """`df` restricted to `frames`, with exactly DETECTION_COLUMNS and their dtypes."""
-    missing = [c for c in DETECTION_COLUMNS if c not in df.columns]
+    missing = missing_columns(df)
     if missing:
         raise VidqlError(f"labels lack column(s) {missing}; expected {DETECTION_COLUMNS}")
     df = df.loc[df["frame"].isin(frames) & df["label"].notna(), DETECTION_COLUMNS].copy()
-    df["frame"] = df["frame"].astype("int64")
-    df["label"] = df["label"].astype("str")
-    for c in DETECTION_COLUMNS[2:]:
-        df[c] = df[c].astype("float64")
-    return df.reset_index(drop=True)
+    return with_dtypes(df).reset_index(drop=True)
 
 
 class _Labeller:
@@ -122,7 +115,7 @@ class _Labeller:
         self.done = np.union1d(self.done, todo)
 
     def labels(self) -> pd.DataFrame:
-        return pd.concat(self.parts, ignore_index=True) if self.parts else _empty_labels()
+        return pd.concat(self.parts, ignore_index=True) if self.parts else empty_detections()
 
 
 def _train_network(source, labels: pd.DataFrame, frames: np.ndarray, cfg: dict,

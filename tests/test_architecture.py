@@ -42,7 +42,7 @@ def _modules() -> dict[str, Path]:
 
 
 def _layer(module: str) -> str:
-    if module in ("vidql.errors", "vidql.ranges", "vidql.files"):  # dependency-free
+    if module in ("vidql.errors", "vidql.ranges", "vidql.files", "vidql.detections"):
         return "errors"
     parts = module.split(".")
     if len(parts) > 1 and parts[1] in ALLOWED and parts[1] not in ("errors", "front"):

@@ -1,0 +1,36 @@
+"""Detections, the one currency of labels: a DataFrame with DETECTION_COLUMNS (`frame, label,
+score, x1, y1, x2, y2`), one row per detected object, boxes in original pixels; a frame
+without detections has no row. Oracles return them, label files and indexes store them."""
+from __future__ import annotations
+
+import pandas as pd
+
+DETECTION_COLUMNS = ["frame", "label", "score", "x1", "y1", "x2", "y2"]
+FLOAT_COLUMNS = DETECTION_COLUMNS[2:]
+
+
+def empty_detections() -> pd.DataFrame:
+    """No detections, with the standard dtypes."""
+    return pd.DataFrame({"frame": pd.Series(dtype="int64"), "label": pd.Series(dtype="str"),
+                         **{c: pd.Series(dtype="float64") for c in FLOAT_COLUMNS}})
+
+
+def detections_frame(rows: list[tuple]) -> pd.DataFrame:
+    """DataFrame from (frame, label, score, x1, y1, x2, y2) tuples, with the standard dtypes."""
+    if not rows:
+        return empty_detections()
+    return with_dtypes(pd.DataFrame(rows, columns=DETECTION_COLUMNS))
+
+
+def missing_columns(df: pd.DataFrame) -> list[str]:
+    """The DETECTION_COLUMNS `df` lacks."""
+    return [c for c in DETECTION_COLUMNS if c not in df.columns]
+
+
+def with_dtypes(df: pd.DataFrame) -> pd.DataFrame:
+    """`df` (DETECTION_COLUMNS present) with the standard dtypes, in place."""
+    df["frame"] = df["frame"].astype("int64")
+    df["label"] = df["label"].astype("str")
+    for c in FLOAT_COLUMNS:
+        df[c] = df[c].astype("float64")
+    return df
