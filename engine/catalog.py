@@ -21,8 +21,8 @@ import pandas as pd
 
 from vidql.errors import CatalogError, OracleError, VideoError
 from .labelcache import SCHEMA_SQL, LabelCache
-from .oracle import Oracle
-from .oracles import absolute_source, changed_sources, make_oracle
+from .oracle_api import Oracle
+from .oracle_kinds import absolute_source, changed_sources, make_oracle
 
 CATALOG_SQL = SCHEMA_SQL + """
 CREATE TABLE IF NOT EXISTS vidql.videos (

@@ -33,7 +33,7 @@ from __future__ import annotations
 from .dialect_catalog import is_catalog_statement, parse_catalog
 from .dialect_lex import Token, check_lexical, split_statements, tokenize
 from .dialect_query import parse_query
-from .oracles import ORACLE_KINDS
+from .oracle_kinds import ORACLE_KINDS
 from .dialect_statements import (DEFAULT_CONFIDENCE, INDEX_METHODS, QUERY_KINDS,
                                  Aggregate, Clauses, CreateIndex, CreateOracle, DropIndex,
                                  DropVideo, LoadVideo, OutputColumn, PlainSQL, Query, SetOracle,

@@ -4,7 +4,7 @@ DuckDB meaning: `LOAD httpfs`, `SET threads = 2`, `CREATE INDEX i ON t (col)`.""
 from __future__ import annotations
 
 from .dialect_lex import Cursor, Token
-from .oracles import ORACLE_KINDS
+from .oracle_kinds import ORACLE_KINDS
 from .dialect_statements import (AlterVideoPath, CreateIndex, CreateOracle,
                                  DropIndex, DropOracle, DropVideo, INDEX_METHODS, LoadVideo,
                                  SetOracle, ShowIndexes, ShowOracles, ShowVideos)

@@ -19,7 +19,7 @@ from tqdm import tqdm
 from vidql.detections import DETECTION_COLUMNS
 from vidql.errors import OracleError, VidqlError
 from .framestat import FrameExpr, FrameStatistics, count_detections, count_sql
-from .oracle import Oracle, check_detections
+from .oracle_api import Oracle, check_detections
 
 SCHEMA_SQL = """
 CREATE SCHEMA IF NOT EXISTS vidql;

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from vidql.engine.detectors import OnnxDetector
+from vidql.engine.oracle_models import OnnxDetector
 from vidql.errors import OracleError
-from vidql.engine.oracle import COCO_CLASSES
+from vidql.engine.oracle_api import COCO_CLASSES
 
 CAR, BUS = COCO_CLASSES.index("car"), COCO_CLASSES.index("bus")
 

@@ -9,7 +9,7 @@ import pandas as pd
 
 from vidql.errors import OracleError
 from vidql.detections import detections_frame
-from .oracle import COCO_CLASSES, Oracle, file_digest
+from .oracle_api import COCO_CLASSES, Oracle, file_digest
 from vidql.ranges import BATCH_SIZE, Bounds
 
 YOLO_INPUT_PAD = 114

@@ -11,7 +11,7 @@ import pandas as pd
 
 from vidql.errors import OracleError
 from vidql.detections import detections_frame
-from .oracle import Oracle, file_digest
+from .oracle_api import Oracle, file_digest
 from vidql.ranges import BATCH_SIZE, Bounds
 
 ORACLE_KINDS = ("ONNX", "TORCHVISION", "LABELS", "PYTHON")
@@ -122,7 +122,7 @@ def make_oracle(name: str, kind: str, source: str, options: dict | None = None) 
     kind = kind.upper()
     builders = {"LABELS": LabelsOracle, "PYTHON": PythonOracle}
     if kind in ("ONNX", "TORCHVISION"):  # their libraries load only for them
-        from .detectors import OnnxDetector, TorchvisionDetector
+        from .oracle_models import OnnxDetector, TorchvisionDetector
 
         builders.update(ONNX=OnnxDetector, TORCHVISION=TorchvisionDetector)
     if kind not in builders:
