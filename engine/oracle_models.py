@@ -165,7 +165,7 @@ class OnnxDetector(Oracle):
             prepared = [self._letterbox(f, layout == "yolox") for f in frames]
             outputs = self._run(np.stack([p[0] for p in prepared]))
         rows = []
-        for frame_id, frame, (_, r, (left, top)), out in zip(frame_ids, frames, prepared, outputs):
+        for frame_id, frame, (_, r, (left, top)), out in zip(frame_ids, frames, prepared, outputs, strict=True):
             centres, scores = self._decode(out.astype(np.float32), layout)
             anchor, cls = np.nonzero(scores >= self.score)
             if len(anchor) == 0:
@@ -179,7 +179,7 @@ class OnnxDetector(Oracle):
             boxes = (boxes[keep] - [left, top, left, top]) / r
             boxes = np.clip(boxes, 0, [w, h, w, h])
             rows.extend((int(frame_id), self.classes[k], float(s), *map(float, b))
-                        for k, s, b in zip(cls[keep], conf[keep], boxes))
+                        for k, s, b in zip(cls[keep], conf[keep], boxes, strict=True))
         return detections_frame(rows)
 
 
@@ -229,10 +229,10 @@ class TorchvisionDetector(Oracle):
             batch = torch.from_numpy(np.ascontiguousarray(frames)).to(self.device)
             outputs = self.net(list(batch.permute(0, 3, 1, 2).float().div_(255)))
         rows = []
-        for frame_id, out in zip(frame_ids, outputs):
+        for frame_id, out in zip(frame_ids, outputs, strict=True):
             keep = out["scores"] >= self.score
             for box, label, s in zip(out["boxes"][keep].cpu().numpy(),
                                      out["labels"][keep].cpu().numpy(),
-                                     out["scores"][keep].cpu().numpy()):
+                                     out["scores"][keep].cpu().numpy(), strict=True):
                 rows.append((int(frame_id), self.categories[int(label)], float(s), *map(float, box)))
         return detections_frame(rows)
