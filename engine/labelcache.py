@@ -21,6 +21,8 @@ from vidql.errors import OracleError, VidqlError
 from .framestat import FrameExpr, FrameStatistics, count_detections, count_sql
 from .oracle_api import Oracle, check_detections
 
+MIN_AHEAD = 16  # frames labelled at once when an operator asks fewer (label_ahead)
+
 SCHEMA_SQL = """
 CREATE SCHEMA IF NOT EXISTS vidql;
 CREATE TABLE IF NOT EXISTS vidql.labels (
@@ -135,14 +137,17 @@ class LabelCache:
     def label_ahead(self, frames, now: int) -> None:
         """An operator asks for `frames[:now]` now and for the rest of `frames` next, in
         that order: when some of the first are not labelled, label them with the next
-        unlabelled ones in whole oracle batches, so an operator asking a frame at a time
-        still labels in batches sized for throughput."""
+        unlabelled ones, so an operator asking a frame at a time still labels in batches
+        (of at least MIN_AHEAD frames, or a whole oracle batch as its requests grow)."""
         frames = self._check_range(frames)
         needed = int((~self._labelled[frames[:now]]).sum())
         if needed:
             todo = frames[~self._labelled[frames]]
             batch = max(1, int(self.oracle.batch_size))
-            self.ensure(todo[:-(-needed // batch) * batch])
+            # frames labelled ahead are real oracle calls the query may not use: whole
+            # batches, but never more than twice what is asked now (or MIN_AHEAD)
+            ahead = min(-(-needed // batch) * batch, max(MIN_AHEAD, 2 * now))
+            self.ensure(todo[:max(needed, ahead)])
 
     def _progress(self, desc: str, total: int | None) -> tqdm:
         """A bar on stderr, drawn only on a terminal (and when the cache shows progress)."""

@@ -477,8 +477,9 @@ def _estimate_approximate(b: Binding, q: Query, report: Report) -> int:
     """Oracle calls the query will make: the budget for budgeted kinds; for ERROR WITHIN
     and LIMIT, a dry run of the operator itself on stand-in values (no oracle call)."""
     c = q.clauses
-    if q.kind in ("select_recall", "select_precision"):
-        return _estimate_selection(b.proxy(_predicate_expr(q)), q, report)
+    if q.kind in ("select_recall", "select_precision"):  # frames already labelled are free
+        calls = _estimate_selection(b.proxy(_predicate_expr(q)), q, report)
+        return round(min(calls, b.n) * (1.0 - StandIn.cached_share(b)))
     if q.kind in ("aggregate_budget", "rare"):
         report.details["estimate"] = ("the ORACLE BUDGET (or every frame, if fewer), less the "
                                       "share of frames already labelled")
@@ -565,9 +566,13 @@ class StandIn:
 
 def _proxy_plus_error(b: Binding, expr: FrameExpr, pick: np.ndarray) -> np.ndarray:
     """The index's proxy for `expr` over the population plus leave-one-out errors of the
-    representatives (`pick` chooses one per frame), kept within the values seen; 0/1 for
-    predicates."""
+    representatives (`pick` chooses one per frame), kept within the values seen. A
+    predicate's stand-in is a 0/1 draw with the proxy as its probability: rounding the
+    proxy would make it agree with itself and the dry run stop far too early."""
     index = b.index
+    if is_predicate(expr):
+        chance = np.clip(b.proxy(expr), 0.0, 1.0)
+        return (np.random.default_rng(1).random(chance.size) < chance).astype(np.float64)
     truth = np.asarray(index.rep_values(expr), dtype=np.float64)
     rows = index.positions[index.rep_frames]
     weights = 1.0 / (np.maximum(index.distances[index.rep_frames], 0.0) + index.eps)
@@ -575,5 +580,4 @@ def _proxy_plus_error(b: Binding, expr: FrameExpr, pick: np.ndarray) -> np.ndarr
     total = weights.sum(axis=1)
     left_out = (weights * truth[rows]).sum(axis=1) / np.where(total > 0, total, 1.0)
     errors = np.where(total > 0, truth - left_out, 0.0)
-    values = np.clip(b.proxy(expr) + errors[pick], truth.min(), truth.max())
-    return (values >= 0.5).astype(np.float64) if is_predicate(expr) else values
+    return np.clip(b.proxy(expr) + errors[pick], truth.min(), truth.max())
