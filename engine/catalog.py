@@ -89,7 +89,8 @@ def fingerprint_matches(stored: str, path: str | Path) -> bool:
     return int(size) == os.path.getsize(path) and head == now
 
 
-def _quote(name: str) -> str:
+def quote_name(name: str) -> str:
+    """`name` as a DuckDB identifier (double-quoted, inner quotes doubled)."""
     return '"' + name.replace('"', '""') + '"'
 
 
@@ -162,7 +163,7 @@ class Catalog:
             ts = self._timestamps(info)
             self.con.register("__vidql_ts", pd.DataFrame({"frame": np.arange(info.frame_count),
                                                           "ts": ts}))
-            q = _quote(name)
+            q = quote_name(name)
             self.run_atomically([
                 ("INSERT INTO vidql.videos (name, path, codec, width, height, fps, frame_count, "
                  "duration, fingerprint, oracle, rendition_short_side) "
@@ -203,7 +204,7 @@ class Catalog:
         lit = "'" + video.replace("'", "''") + "'"
         default = (f"(SELECT o.identity FROM vidql.videos v JOIN vidql.oracles o "
                    f"ON o.name = v.oracle WHERE v.name = {lit})")
-        return (f"CREATE OR REPLACE VIEW {_quote(video)}.objects AS SELECT frame, label, score, "
+        return (f"CREATE OR REPLACE VIEW {quote_name(video)}.objects AS SELECT frame, label, score, "
                 f"x1, y1, x2, y2 FROM vidql.labels WHERE video = {lit} AND oracle = "
                 f"coalesce(getvariable('{self.oracle_variable(video)}'), {default})")
 
@@ -281,7 +282,7 @@ class Catalog:
         if all(have):
             return
         info = self.video_info(name)
-        q = _quote(name)
+        q = quote_name(name)
         statements = [(f"CREATE SCHEMA IF NOT EXISTS {q}", []), (self._objects_view_sql(name), [])]
         if not have[0]:
             self.con.register("__vidql_ts", pd.DataFrame({"frame": np.arange(info.frame_count),
@@ -295,7 +296,7 @@ class Catalog:
 
     def drop_video(self, name: str) -> None:
         name = self.video_row(name)["name"]
-        q = _quote(name)
+        q = quote_name(name)
         self.run_atomically([
             ("DELETE FROM vidql.labels WHERE video = ?", [name]),
             ("DELETE FROM vidql.labelled WHERE video = ?", [name]),

@@ -9,7 +9,7 @@ from __future__ import annotations
 import duckdb
 import numpy as np
 
-from .catalog import Catalog, _quote
+from .catalog import Catalog, quote_name
 from vidql.errors import QueryError
 from .framestat import FrameExpr, frame_table_sql, parse_frame_expr
 from .labelcache import LabelStats
@@ -44,7 +44,7 @@ def run_exact(catalog: Catalog, sql: str, videos: list[str],
             stats.oracle_seconds += delta.oracle_seconds
             stats.decode_seconds += delta.decode_seconds
             variables.append(catalog.oracle_variable(video))
-            catalog.con.execute(f"SET VARIABLE {_quote(variables[-1])} = ?", [cache.oracle.identity])
+            catalog.con.execute(f"SET VARIABLE {quote_name(variables[-1])} = ?", [cache.oracle.identity])
             if expr.functions:
                 shadows.append(_shadow_video(catalog, video, cache.oracle.identity, expr.functions))
         try:
@@ -56,9 +56,9 @@ def run_exact(catalog: Catalog, sql: str, videos: list[str],
         return catalog.con.from_arrow(rel.to_arrow_table()), stats
     finally:
         for name in shadows:
-            catalog.con.execute(f"DROP TABLE IF EXISTS temp.{_quote(name)}")
+            catalog.con.execute(f"DROP TABLE IF EXISTS temp.{quote_name(name)}")
         for name in variables:
-            catalog.con.execute(f"RESET VARIABLE {_quote(name)}")
+            catalog.con.execute(f"RESET VARIABLE {quote_name(name)}")
 
 
 def bind_query(catalog: Catalog, sql: str, videos: list[str],
@@ -83,13 +83,13 @@ def bind_query(catalog: Catalog, sql: str, videos: list[str],
         raise QueryError(f"DuckDB cannot run the query: {exc}", sql) from None
     finally:
         for name in shadows:
-            catalog.con.execute(f"DROP TABLE IF EXISTS temp.{_quote(name)}")
+            catalog.con.execute(f"DROP TABLE IF EXISTS temp.{quote_name(name)}")
     return expr
 
 
 def _shadow_video(catalog: Catalog, video: str, identity: str, functions) -> str:
     """Create temp table `video` (shadowing main.video) with a column per frame function."""
-    q = _quote(video)
+    q = quote_name(video)
     labelled = (f"(SELECT v.frame, v.ts, (l.frame IS NOT NULL) AS __labelled FROM main.{q} v "
                 f"LEFT JOIN vidql.labelled l ON l.frame = v.frame AND l.video = '{video}' "
                 f"AND l.oracle = '{identity.replace(chr(39), chr(39) * 2)}')")

@@ -9,7 +9,7 @@ import duckdb
 import numpy as np
 import pandas as pd
 
-from .catalog import _quote
+from .catalog import quote_name
 from .dialect import Query
 from vidql.errors import CatalogError, QueryError
 from .exact import bind_query
@@ -60,7 +60,7 @@ class Binding:
         self.labelled_before = self.cache.labelled_frames
 
     def _population(self, db, q: Query) -> np.ndarray:
-        sql = f"SELECT frame FROM main.{_quote(self.video)}"
+        sql = f"SELECT frame FROM main.{quote_name(self.video)}"
         if q.restriction:
             sql += f" WHERE {q.restriction}"
         try:
@@ -101,7 +101,7 @@ class Binding:
         return fn
 
     def timestamps(self, frames: np.ndarray) -> np.ndarray:
-        ts = self.db.catalog.con.execute(f"SELECT ts FROM main.{_quote(self.video)} ORDER BY frame"
+        ts = self.db.catalog.con.execute(f"SELECT ts FROM main.{quote_name(self.video)} ORDER BY frame"
                                  ).fetchnumpy()["ts"]
         return np.asarray(ts)[frames]
 
