@@ -162,7 +162,8 @@ def _plain(db, sql: str) -> Result | None:
 
 def run_query(db, q: Query) -> Result | None:
     """Run a query (exact, approximate or EXPLAIN); the Result carries its report."""
-    from .planner import explain, run_approximate
+    from .explain import explain
+    from .planner import run_approximate
 
     if q.explain:
         result = explain(db, q)

@@ -145,7 +145,7 @@ def _check_runnable(q: Query, video: str, has_index: bool) -> None:
         raise QueryError("GROUP BY with ERROR WITHIN is not supported; use ORACLE BUDGET n "
                          "for grouped approximate aggregates", q.text, max(group_at, 0))
     if q.kind in ("limit", "select_recall", "select_precision", "rare") and (
-            _predicate_expr(q) is None):
+            predicate_expr(q) is None):
         raise QueryError("this query needs a WHERE clause over frame functions, e.g. "
                          "WHERE contains('bus')", q.text, 0)
     if not has_index and q.kind in ("select_recall", "select_precision"):
@@ -162,13 +162,13 @@ def _seed(q: Query) -> int:
     return int(np.random.SeedSequence().entropy % (2**31))
 
 
-def _predicate_expr(q: Query) -> FrameExpr | None:
+def predicate_expr(q: Query) -> FrameExpr | None:
     if q.predicate_expr is not None:
         return q.predicate_expr
     return parse_frame_expr(q.predicate) if q.predicate else None
 
 
-def _confidence(q: Query) -> float:
+def query_confidence(q: Query) -> float:
     return q.confidence if q.confidence is not None else 0.95
 
 
@@ -207,7 +207,7 @@ def _error_bound_targets(q: Query):
     stat over pred (target None); otherwise target is the per-frame statistic whose mean is
     estimated (None for COUNT(*) without a frame predicate, which needs no oracle)."""
     agg = q.aggregate
-    pred = _predicate_expr(q)
+    pred = predicate_expr(q)
     stat = agg.expr if agg.expr is not None and agg.func != "count" else None
     if agg.func == "avg" and pred is not None:
         return stat, pred, None
@@ -219,12 +219,12 @@ def _error_bound_targets(q: Query):
     return stat, pred, target
 
 
-def _count_star(q: Query) -> bool:
+def count_star(q: Query) -> bool:
     """COUNT(*) without a frame predicate: the size of the video table, no oracle needed."""
-    return q.aggregate.func == "count" and _predicate_expr(q) is None
+    return q.aggregate.func == "count" and predicate_expr(q) is None
 
 
-def _error_bound(b: Binding, q: Query, seed: int, report: Report, truths=None):
+def error_bound(b: Binding, q: Query, seed: int, report: Report, truths=None):
     """Run the ERROR WITHIN operator; `truths` (default: the oracle through the label
     cache) maps statistics to a callback positions -> values, as Binding.truths does."""
     from vidql import queries
@@ -234,7 +234,7 @@ def _error_bound(b: Binding, q: Query, seed: int, report: Report, truths=None):
     stat, pred, target = _error_bound_targets(q)
     # the betting confidence sequence holds in finite samples and keeps control variates'
     # gain (an empirical Bernstein bound is dominated by its range term here)
-    common = dict(error=c.error, relative=c.error_relative, confidence=_confidence(q),
+    common = dict(error=c.error, relative=c.error_relative, confidence=query_confidence(q),
                   seed=seed, max_samples=c.budget, bound="betting")
     if target is None:
         return queries.aggregate_ratio_error_bound(
@@ -248,17 +248,17 @@ def _error_bound(b: Binding, q: Query, seed: int, report: Report, truths=None):
 
 def _run_aggregate(b: Binding, q: Query, seed: int, report: Report) -> pd.DataFrame:
     agg = q.aggregate
-    conf = _confidence(q)
+    conf = query_confidence(q)
     stat, pred, _ = _error_bound_targets(q)
     if q.kind == "aggregate_budget":
         return _run_budget(b, q, seed, report, stat, pred, conf)
     c = q.clauses
-    if _count_star(q):
+    if count_star(q):
         report.guarantee = "exact (COUNT(*) of the video table)"
         return pd.DataFrame({"estimate": [float(b.n)], "ci_low": [float(b.n)],
                              "ci_high": [float(b.n)], "confidence": [1.0], "oracle_calls": [0],
                              "frames": [0]})
-    result = _error_bound(b, q, seed, report)
+    result = error_bound(b, q, seed, report)
     scale = 1.0 if agg.func == "avg" else float(b.n)
     report.operator = f"aggregate ({result.method})"
     if c.error_relative:
@@ -284,7 +284,7 @@ def _value_range(expr: FrameExpr | None, report: Report) -> tuple[float, float] 
 def _pair(b: Binding, stat: FrameExpr | None, pred: FrameExpr | None, *extra: FrameExpr,
           truths=None):
     """Callback positions -> (statistic values, predicate booleans, *values of `extra`),
-    all from one label-cache lookup (or from `truths`, as in _error_bound)."""
+    all from one label-cache lookup (or from `truths`, as in error_bound)."""
     exprs = [e for e in (stat, pred) if e is not None] + list(extra)
     truths = (truths or b.truths)(*exprs) if exprs else None  # no statistic: no label needed
 
@@ -358,7 +358,7 @@ def run_recall(proxy, is_true, c, conf: float, seed: int):
 def _run_selection(b: Binding, q: Query, seed: int, report: Report) -> pd.DataFrame:
     from vidql import queries
 
-    pred = _predicate_expr(q)
+    pred = predicate_expr(q)
     truth = b.truth(pred)
     is_true = lambda positions: truth(positions) > 0
     proxy = b.proxy(pred)
@@ -370,7 +370,7 @@ def _run_selection(b: Binding, q: Query, seed: int, report: Report) -> pd.DataFr
                                      max_calls=c.budget, batch=b.cache.oracle.batch_size)
         report.guarantee = f"up to {q.limit} oracle-confirmed frames, ≥ {c.gap or 0} frames apart"
     elif q.kind in ("select_recall", "select_precision"):
-        conf = _confidence(q)
+        conf = query_confidence(q)
         if q.kind == "select_recall":
             result, mode = run_recall(proxy, is_true, c, conf, seed)
             report.guarantee = (f"recall ≥ {c.recall_target:.0%} with probability {conf:.0%}"
@@ -395,189 +395,3 @@ def _run_selection(b: Binding, q: Query, seed: int, report: Report) -> pd.DataFr
     verified = getattr(result, "verified", np.ones(len(positions), dtype=bool))
     return pd.DataFrame({"frame": frames, "ts": b.timestamps(frames),
                          "verified": np.asarray(verified, dtype=bool)})
-
-
-# ---- EXPLAIN ------------------------------------------------------------------------------
-
-def explain(db, q: Query) -> Result:
-    """The plan and its estimated oracle calls and seconds, without calling the oracle."""
-    if q.kind == "exact":
-        report = Report(operator="exact")
-        calls = _estimate_exact(db, q, report)
-    else:
-        b = Binding(db, q)
-        report = b.report(OPERATORS[q.kind])
-        calls = _estimate_approximate(b, q, report)
-        oracle = b.cache.oracle
-        report.simulated_cost_ms = oracle.simulated_cost_ms
-        ms = oracle.simulated_cost_ms if oracle.simulated_cost_ms is not None else \
-            db.catalog.measured_ms_per_frame(oracle.identity)
-        report.estimated_seconds = None if ms is None else calls * ms / 1000
-        if oracle.simulated_cost_ms is not None:
-            report.details["seconds"] = "seconds simulated from the oracle's cost_ms"
-    report.estimated_calls = int(calls)
-    row = {"operator": report.operator, "video": report.video, "oracle": report.oracle,
-           "index": report.index, "estimated_oracle_calls": report.estimated_calls,
-           "estimated_seconds": report.estimated_seconds,
-           "note": "; ".join(filter(None, [report.details.get("estimate"),
-                                           report.details.get("seconds"),
-                                           report.details.get("index_note")]))}
-    return Result.of(db.catalog.con, pd.DataFrame([row]), report)
-
-
-def _estimate_selection(proxy: np.ndarray, q: Query, report: Report) -> int:
-    """RECALL/PRECISION TARGET: with the proxy taken as calibrated, the set the budget would
-    certify (size, precision, recall) and the budgets for a set within 2x and 5x of the
-    estimated positives; returns the oracle calls it expects to spend."""
-    from vidql.queries import selection_forecast
-
-    c = q.clauses
-    target = c.recall_target if q.kind == "select_recall" else c.precision_target
-    kind = "recall" if q.kind == "select_recall" else "precision"
-    forecast = selection_forecast(proxy, kind, target, _confidence(q), c.budget,
-                                  adaptive=c.budget_up_to)
-    report.details.update(forecast)
-    text = (f"proxy taken as calibrated: about {forecast['positives']:.0f} positives; at "
-            f"{forecast['budget']} labels the certified set has about "
-            f"{forecast['set_size']:.0f} frames (precision {forecast['precision']:.2f}, recall "
-            f"{forecast['recall']:.2f}); budget for a set within 2x of the positives: "
-            f"{_budget_text(forecast['budget_for_2x'], len(proxy))}, within 5x: "
-            f"{_budget_text(forecast['budget_for_5x'], len(proxy))}")
-    if forecast.get("note"):
-        text += "; " + forecast["note"]
-        report.details["note"] = forecast["note"]
-    report.details["estimate"] = text
-    return int(forecast["budget"])
-
-
-def _budget_text(budget: int | None, n: int) -> str:
-    return str(budget) if budget is not None else f"none below {n} (labelling every frame is exact)"
-
-
-def _estimate_exact(db, q: Query, report: Report) -> int:
-    total = 0
-    names = {v.lower(): v for v in db.catalog.video_names()}
-    videos = [names[t.split(".")[0].lower()] for t in q.tables if t.split(".")[0].lower() in names]
-    bind_query(db.catalog, q.sql, list(dict.fromkeys(videos)), q.clauses.oracle)
-    for table in q.tables:
-        video = names.get(table.split(".")[0].lower())
-        if video is None:
-            continue
-        cache = db.catalog.label_cache(video, q.clauses.oracle)
-        lo, hi = q.frame_range or (0, None)
-        hi = cache.n_frames - 1 if hi is None else min(hi, cache.n_frames - 1)
-        wanted = np.arange(lo, hi + 1)
-        total += int((~np.isin(wanted, cache.labelled_frames)).sum())
-        report.video, report.oracle = video, cache.oracle.name
-    report.details["estimate"] = "frames in range not yet in the label cache"
-    return total
-
-
-def _estimate_approximate(b: Binding, q: Query, report: Report) -> int:
-    """Oracle calls the query will make: the budget for budgeted kinds; for ERROR WITHIN
-    and LIMIT, a dry run of the operator itself on stand-in values (no oracle call)."""
-    c = q.clauses
-    if q.kind in ("select_recall", "select_precision"):  # frames already labelled are free
-        calls = _estimate_selection(b.proxy(_predicate_expr(q)), q, report)
-        return round(min(calls, b.n) * (1.0 - StandIn.cached_share(b)))
-    if q.kind in ("aggregate_budget", "rare"):
-        report.details["estimate"] = ("the ORACLE BUDGET (or every frame, if fewer), less the "
-                                      "share of frames already labelled")
-        return round(min(int(c.budget), b.n) * (1.0 - StandIn.cached_share(b)))
-    if q.kind == "aggregate" and _count_star(q):
-        report.details["estimate"] = "COUNT(*) of the video table needs no oracle"
-        return 0
-    stand_in = StandIn.build(b)
-    if stand_in is None:
-        report.details["estimate"] = (
-            f"at most: no index and {b.cache.labelled_frames.size} labelled frames cached "
-            f"(fewer than {MIN_PILOT}) give no basis for an estimate, so this is the most "
-            "the query can call (every frame, or the ORACLE BUDGET)")
-        return min(c.budget or b.n, b.n)
-    report.details["estimate"] = stand_in.note
-    # with SEED, the dry run draws the frames the query will draw
-    seed = 0 if c.seed is None else b.sampling_seed(int(c.seed))
-    if q.kind == "limit":
-        from vidql import queries
-
-        pred = _predicate_expr(q)
-        flags = stand_in(pred)
-        ranking = b.proxy(pred)
-        queries.limit_query(np.zeros(b.n) if ranking is None else ranking,
-                            lambda positions: flags(positions)[0] > 0, k=q.limit,
-                            gap=c.gap or 0, seed=seed, max_calls=c.budget,
-                            batch=b.cache.oracle.batch_size)
-    else:
-        _error_bound(b, q, seed, Report(operator="estimate"), truths=stand_in)
-    return stand_in.uncached()
-
-
-MIN_PILOT = 20  # labelled frames an estimate without an index needs
-
-
-class StandIn:
-    """Values standing in for the truth of frame statistics over a query's population,
-    from what is known without an oracle call: with an index, its proxy plus errors
-    resampled from the proxy's leave-one-out errors at its representatives; without, the
-    values of frames already labelled, resampled. Called like Binding.truths."""
-
-    def __init__(self, b: Binding, make, note: str):
-        self.b, self.make, self.note = b, make, note
-        self.cached = np.isin(b.population, b.cache.labelled_frames)
-        self.asked = np.zeros(b.n, dtype=bool)  # positions a dry run labelled
-
-    @staticmethod
-    def cached_share(b: Binding) -> float:
-        """The share of the population the oracle has labelled already."""
-        return float(np.isin(b.population, b.cache.labelled_frames).mean())
-
-    @classmethod
-    def build(cls, b: Binding) -> "StandIn | None":
-        rng = np.random.default_rng(0)
-        if b.index is not None:
-            reps = len(b.index.rep_frames)
-            pick = rng.integers(reps, size=b.n)
-            note = ("a dry run of the operator on stand-in values: the index's proxy plus "
-                    f"errors resampled from its leave-one-out errors at {reps} representatives "
-                    "(assumes the proxy errs there as elsewhere)")
-            return cls(b, lambda expr: _proxy_plus_error(b, expr, pick), note)
-        known = np.flatnonzero(np.isin(b.population, b.cache.labelled_frames))
-        if known.size < MIN_PILOT:
-            return None
-        pick = known[rng.integers(known.size, size=b.n)]
-        note = (f"a dry run of the operator on stand-in values resampled from the {known.size} "
-                "frames of the population already labelled (assumes they are typical)")
-        return cls(b, lambda expr: b.truth(expr)(pick), note)
-
-    def __call__(self, *exprs: FrameExpr):
-        values = [np.asarray(self.make(e), dtype=np.float64) for e in exprs]
-
-        def lookup(positions):
-            positions = np.asarray(positions, dtype=np.int64)
-            self.asked[positions] = True
-            return tuple(v[positions] for v in values)
-
-        return lookup
-
-    def uncached(self) -> int:
-        """Oracle calls of the dry run: frames it labelled that are not labelled yet."""
-        return int((self.asked & ~self.cached).sum())
-
-
-def _proxy_plus_error(b: Binding, expr: FrameExpr, pick: np.ndarray) -> np.ndarray:
-    """The index's proxy for `expr` over the population plus leave-one-out errors of the
-    representatives (`pick` chooses one per frame), kept within the values seen. A
-    predicate's stand-in is a 0/1 draw with the proxy as its probability: rounding the
-    proxy would make it agree with itself and the dry run stop far too early."""
-    index = b.index
-    if is_predicate(expr):
-        chance = np.clip(b.proxy(expr), 0.0, 1.0)
-        return (np.random.default_rng(1).random(chance.size) < chance).astype(np.float64)
-    truth = np.asarray(index.rep_values(expr), dtype=np.float64)
-    rows = index.positions[index.rep_frames]
-    weights = 1.0 / (np.maximum(index.distances[index.rep_frames], 0.0) + index.eps)
-    weights[rows == np.arange(len(truth))[:, None]] = 0.0  # leave each representative out
-    total = weights.sum(axis=1)
-    left_out = (weights * truth[rows]).sum(axis=1) / np.where(total > 0, total, 1.0)
-    errors = np.where(total > 0, truth - left_out, 0.0)
-    return np.clip(b.proxy(expr) + errors[pick], truth.min(), truth.max())

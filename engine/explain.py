@@ -1,0 +1,198 @@
+"""EXPLAIN: a query's plan and its estimated oracle calls and seconds, without calling the
+oracle. ERROR WITHIN and LIMIT are estimated by a dry run of the operator itself on stand-in
+values (StandIn); budgeted kinds by their budget less what is labelled already."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .dialect import Query
+from .exact import bind_query
+from .framestat import FrameExpr, is_predicate
+from .planner import (OPERATORS, Binding, count_star, error_bound, predicate_expr,
+                      query_confidence)
+from .result import Report, Result
+
+
+def explain(db, q: Query) -> Result:
+    """The plan and its estimated oracle calls and seconds, without calling the oracle."""
+    if q.kind == "exact":
+        report = Report(operator="exact")
+        calls = _estimate_exact(db, q, report)
+    else:
+        b = Binding(db, q)
+        report = b.report(OPERATORS[q.kind])
+        calls = _estimate_approximate(b, q, report)
+        oracle = b.cache.oracle
+        report.simulated_cost_ms = oracle.simulated_cost_ms
+        ms = oracle.simulated_cost_ms if oracle.simulated_cost_ms is not None else \
+            db.catalog.measured_ms_per_frame(oracle.identity)
+        report.estimated_seconds = None if ms is None else calls * ms / 1000
+        if oracle.simulated_cost_ms is not None:
+            report.details["seconds"] = "seconds simulated from the oracle's cost_ms"
+    report.estimated_calls = int(calls)
+    row = {"operator": report.operator, "video": report.video, "oracle": report.oracle,
+           "index": report.index, "estimated_oracle_calls": report.estimated_calls,
+           "estimated_seconds": report.estimated_seconds,
+           "note": "; ".join(filter(None, [report.details.get("estimate"),
+                                           report.details.get("seconds"),
+                                           report.details.get("index_note")]))}
+    return Result.of(db.catalog.con, pd.DataFrame([row]), report)
+
+
+def _estimate_selection(proxy: np.ndarray, q: Query, report: Report) -> int:
+    """RECALL/PRECISION TARGET: with the proxy taken as calibrated, the set the budget would
+    certify (size, precision, recall) and the budgets for a set within 2x and 5x of the
+    estimated positives; returns the oracle calls it expects to spend."""
+    from vidql.queries import selection_forecast
+
+    c = q.clauses
+    target = c.recall_target if q.kind == "select_recall" else c.precision_target
+    kind = "recall" if q.kind == "select_recall" else "precision"
+    forecast = selection_forecast(proxy, kind, target, query_confidence(q), c.budget,
+                                  adaptive=c.budget_up_to)
+    report.details.update(forecast)
+    text = (f"proxy taken as calibrated: about {forecast['positives']:.0f} positives; at "
+            f"{forecast['budget']} labels the certified set has about "
+            f"{forecast['set_size']:.0f} frames (precision {forecast['precision']:.2f}, recall "
+            f"{forecast['recall']:.2f}); budget for a set within 2x of the positives: "
+            f"{_budget_text(forecast['budget_for_2x'], len(proxy))}, within 5x: "
+            f"{_budget_text(forecast['budget_for_5x'], len(proxy))}")
+    if forecast.get("note"):
+        text += "; " + forecast["note"]
+        report.details["note"] = forecast["note"]
+    report.details["estimate"] = text
+    return int(forecast["budget"])
+
+
+def _budget_text(budget: int | None, n: int) -> str:
+    return str(budget) if budget is not None else f"none below {n} (labelling every frame is exact)"
+
+
+def _estimate_exact(db, q: Query, report: Report) -> int:
+    total = 0
+    names = {v.lower(): v for v in db.catalog.video_names()}
+    videos = [names[t.split(".")[0].lower()] for t in q.tables if t.split(".")[0].lower() in names]
+    bind_query(db.catalog, q.sql, list(dict.fromkeys(videos)), q.clauses.oracle)
+    for table in q.tables:
+        video = names.get(table.split(".")[0].lower())
+        if video is None:
+            continue
+        cache = db.catalog.label_cache(video, q.clauses.oracle)
+        lo, hi = q.frame_range or (0, None)
+        hi = cache.n_frames - 1 if hi is None else min(hi, cache.n_frames - 1)
+        wanted = np.arange(lo, hi + 1)
+        total += int((~np.isin(wanted, cache.labelled_frames)).sum())
+        report.video, report.oracle = video, cache.oracle.name
+    report.details["estimate"] = "frames in range not yet in the label cache"
+    return total
+
+
+def _estimate_approximate(b: Binding, q: Query, report: Report) -> int:
+    """Oracle calls the query will make: the budget for budgeted kinds; for ERROR WITHIN
+    and LIMIT, a dry run of the operator itself on stand-in values (no oracle call)."""
+    c = q.clauses
+    if q.kind in ("select_recall", "select_precision"):  # frames already labelled are free
+        calls = _estimate_selection(b.proxy(predicate_expr(q)), q, report)
+        return round(min(calls, b.n) * (1.0 - StandIn.cached_share(b)))
+    if q.kind in ("aggregate_budget", "rare"):
+        report.details["estimate"] = ("the ORACLE BUDGET (or every frame, if fewer), less the "
+                                      "share of frames already labelled")
+        return round(min(int(c.budget), b.n) * (1.0 - StandIn.cached_share(b)))
+    if q.kind == "aggregate" and count_star(q):
+        report.details["estimate"] = "COUNT(*) of the video table needs no oracle"
+        return 0
+    stand_in = StandIn.build(b)
+    if stand_in is None:
+        report.details["estimate"] = (
+            f"at most: no index and {b.cache.labelled_frames.size} labelled frames cached "
+            f"(fewer than {MIN_PILOT}) give no basis for an estimate, so this is the most "
+            "the query can call (every frame, or the ORACLE BUDGET)")
+        return min(c.budget or b.n, b.n)
+    report.details["estimate"] = stand_in.note
+    # with SEED, the dry run draws the frames the query will draw
+    seed = 0 if c.seed is None else b.sampling_seed(int(c.seed))
+    if q.kind == "limit":
+        from vidql import queries
+
+        pred = predicate_expr(q)
+        flags = stand_in(pred)
+        ranking = b.proxy(pred)
+        queries.limit_query(np.zeros(b.n) if ranking is None else ranking,
+                            lambda positions: flags(positions)[0] > 0, k=q.limit,
+                            gap=c.gap or 0, seed=seed, max_calls=c.budget,
+                            batch=b.cache.oracle.batch_size)
+    else:
+        error_bound(b, q, seed, Report(operator="estimate"), truths=stand_in)
+    return stand_in.uncached()
+
+
+MIN_PILOT = 20  # labelled frames an estimate without an index needs
+
+
+class StandIn:
+    """Values standing in for the truth of frame statistics over a query's population,
+    from what is known without an oracle call: with an index, its proxy plus errors
+    resampled from the proxy's leave-one-out errors at its representatives; without, the
+    values of frames already labelled, resampled. Called like Binding.truths."""
+
+    def __init__(self, b: Binding, make, note: str):
+        self.b, self.make, self.note = b, make, note
+        self.cached = np.isin(b.population, b.cache.labelled_frames)
+        self.asked = np.zeros(b.n, dtype=bool)  # positions a dry run labelled
+
+    @staticmethod
+    def cached_share(b: Binding) -> float:
+        """The share of the population the oracle has labelled already."""
+        return float(np.isin(b.population, b.cache.labelled_frames).mean())
+
+    @classmethod
+    def build(cls, b: Binding) -> "StandIn | None":
+        rng = np.random.default_rng(0)
+        if b.index is not None:
+            reps = len(b.index.rep_frames)
+            pick = rng.integers(reps, size=b.n)
+            note = ("a dry run of the operator on stand-in values: the index's proxy plus "
+                    f"errors resampled from its leave-one-out errors at {reps} representatives "
+                    "(assumes the proxy errs there as elsewhere)")
+            return cls(b, lambda expr: _proxy_plus_error(b, expr, pick), note)
+        known = np.flatnonzero(np.isin(b.population, b.cache.labelled_frames))
+        if known.size < MIN_PILOT:
+            return None
+        pick = known[rng.integers(known.size, size=b.n)]
+        note = (f"a dry run of the operator on stand-in values resampled from the {known.size} "
+                "frames of the population already labelled (assumes they are typical)")
+        return cls(b, lambda expr: b.truth(expr)(pick), note)
+
+    def __call__(self, *exprs: FrameExpr):
+        values = [np.asarray(self.make(e), dtype=np.float64) for e in exprs]
+
+        def lookup(positions):
+            positions = np.asarray(positions, dtype=np.int64)
+            self.asked[positions] = True
+            return tuple(v[positions] for v in values)
+
+        return lookup
+
+    def uncached(self) -> int:
+        """Oracle calls of the dry run: frames it labelled that are not labelled yet."""
+        return int((self.asked & ~self.cached).sum())
+
+
+def _proxy_plus_error(b: Binding, expr: FrameExpr, pick: np.ndarray) -> np.ndarray:
+    """The index's proxy for `expr` over the population plus leave-one-out errors of the
+    representatives (`pick` chooses one per frame), kept within the values seen. A
+    predicate's stand-in is a 0/1 draw with the proxy as its probability: rounding the
+    proxy would make it agree with itself and the dry run stop far too early."""
+    index = b.index
+    if is_predicate(expr):
+        chance = np.clip(b.proxy(expr), 0.0, 1.0)
+        return (np.random.default_rng(1).random(chance.size) < chance).astype(np.float64)
+    truth = np.asarray(index.rep_values(expr), dtype=np.float64)
+    rows = index.positions[index.rep_frames]
+    weights = 1.0 / (np.maximum(index.distances[index.rep_frames], 0.0) + index.eps)
+    weights[rows == np.arange(len(truth))[:, None]] = 0.0  # leave each representative out
+    total = weights.sum(axis=1)
+    left_out = (weights * truth[rows]).sum(axis=1) / np.where(total > 0, total, 1.0)
+    errors = np.where(total > 0, truth - left_out, 0.0)
+    return np.clip(b.proxy(expr) + errors[pick], truth.min(), truth.max())
