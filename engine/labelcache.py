@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 import duckdb
@@ -44,7 +44,6 @@ class LabelStats:
     cache_hits: int = 0
     oracle_seconds: float = 0.0
     decode_seconds: float = 0.0
-    batches: list = field(default_factory=list)
 
     def snapshot(self) -> "LabelStats":
         return LabelStats(self.oracle_calls, self.cache_hits, self.oracle_seconds,
