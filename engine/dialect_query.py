@@ -1,29 +1,27 @@
 """Queries of the dialect: strip the vidql clauses with DuckDB's tokenizer, read the rest
-with DuckDB's parser (`json_serialize_sql`), decide the query kind and extract what the
-planner needs (video table, aggregate, frame predicate, frame/ts range, GROUP BY).
+with DuckDB's parser, decide the query kind (and refuse shapes it cannot answer), and
+extract what the planner needs (video table, aggregate, frame predicate, frame/ts range,
+GROUP BY).
 
-The kind rule is documented on `vidql.engine.dialect`; the clauses themselves are read
-by `dialect_clauses`.
+The kind rule is documented on `vidql.engine.dialect`; the clauses are read by
+`dialect_clauses`, DuckDB's syntax tree by `dialect_ast`, positions by `dialect_spans`.
 """
 from __future__ import annotations
 
-import json
 import math
-from bisect import bisect_left
 
-from .dialect_clauses import (CLAUSE_HINT, NAMES, ONE_WORD, SECOND_WORDS, budget_problem,
-                              read_tail, tail_start)
-from .dialect_lex import Token, byte_to_char, connection, paren
+from .dialect_clauses import CLAUSE_HINT, NAMES, budget_problem, read_tail, tail_start
+from .dialect_ast import (COMPARISONS, FLIPPED, NO_LOCATION, aggregate_names, and_parts,
+                          assemble_sql, children, duckdb_ast, expressions, numeric_constant,
+                          uses_frame_functions)
+from .dialect_lex import Token
+from .dialect_spans import QuerySpans
 from .dialect_statements import Aggregate, Clauses, OutputColumn, Query
 from vidql.errors import QueryError
-from .framestat import FRAME_FUNCTIONS, parse_frame_expr
+from .framestat import parse_frame_expr
 
 APPROX_AGGREGATES = {"avg": "avg", "mean": "avg", "sum": "sum", "count": "count",
                      "count_star": "count"}
-COMPARISONS = {"COMPARE_EQUAL": "=", "COMPARE_LESSTHAN": "<", "COMPARE_LESSTHANOREQUALTO": "<=",
-               "COMPARE_GREATERTHAN": ">", "COMPARE_GREATERTHANOREQUALTO": ">="}
-FLIPPED = {"=": "=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
-NO_LOCATION = 1 << 62
 
 
 def parse_query(text: str, tokens: list[Token], i0: int, explain: bool) -> Query | None:
@@ -32,8 +30,8 @@ def parse_query(text: str, tokens: list[Token], i0: int, explain: bool) -> Query
     tail = tail_start(text, tokens, i0)
     clauses, positions, limit_spans = read_tail(text, tokens, i0, tail)
     body = (tokens[i0].start, tokens[tail - 1].end)
-    pieces, sql = _assemble(text, body, limit_spans)
-    node = _duckdb_ast(text, sql, pieces, tokens)
+    pieces, sql = assemble_sql(text, body, limit_spans)
+    node = duckdb_ast(text, sql, pieces, tokens)
     if node is None:
         if positions:
             first = min(positions.values())
@@ -44,194 +42,8 @@ def parse_query(text: str, tokens: list[Token], i0: int, explain: bool) -> Query
     return analysis.query(clauses, positions, explain, text[tokens[0].start:tokens[-1].end])
 
 
-# ---------------------------------------------------------------- SQL text and DuckDB's AST
-
-def _assemble(text: str, body: tuple[int, int], limit_spans):
-    """The SQL (body + LIMIT/OFFSET moved from the tail) and its pieces: (sql offset,
-    original offset, length) for mapping positions back to the original text."""
-    pieces = [(0, body[0], body[1] - body[0])]
-    sql = text[body[0]:body[1]]
-    for start, end in limit_spans:
-        sql += " "
-        pieces.append((len(sql), start, end - start))
-        sql += text[start:end]
-    return pieces, sql
-
-
-def _to_original(pieces, sql_char: int) -> int:
-    for sql_start, orig_start, length in reversed(pieces):
-        if sql_char >= sql_start:
-            return orig_start + min(sql_char - sql_start, length)
-    return pieces[0][1]
-
-
-def _duckdb_ast(text, sql, pieces, tokens) -> dict | None:
-    """DuckDB's AST of the one SELECT in `sql`; None for a statement of another type."""
-    try:
-        raw = connection().execute("SELECT json_serialize_sql(?)", [sql]).fetchall()[0][0]
-        result = json.loads(raw)
-    except Exception as exc:  # duckdb.Error or a malformed serialization: still user input
-        raise QueryError(f"DuckDB cannot parse the query: {exc}", text, pieces[0][1]) from None
-    if not result.get("error"):
-        statements = result.get("statements", [])
-        if len(statements) != 1:
-            raise QueryError("expected one query", text, pieces[0][1])
-        return statements[0]["node"]
-    message = result.get("error_message", "syntax error")
-    if result.get("error_type") == "not implemented" and "Only SELECT" in message:
-        return None
-    try:
-        position = _to_original(pieces, byte_to_char(sql)(int(result.get("position", 0))))
-    except ValueError:
-        position = pieces[0][1]
-    at = [t for t in tokens if t.start <= position < max(t.end, t.start + 1)]
-    hint = CLAUSE_HINT if at and at[0].word in set(ONE_WORD) | set(SECOND_WORDS) else None
-    raise QueryError(f"SQL syntax error: {message}", text, position, hint)
-
-
-def _children(node):
-    """Every dict directly or indirectly inside `node` (lists followed), depth-first."""
-    stack = [node]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, dict):
-            yield item
-            stack.extend(reversed(list(item.values())))
-        elif isinstance(item, list):
-            stack.extend(reversed(item))
-
-
-def _expressions(node, into_subqueries: bool = False):
-    """Expression nodes in `node`; subqueries are not entered unless asked."""
-    stack = [node]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, dict):
-            if "class" in item:
-                yield item
-                if item["class"] == "SUBQUERY" and not into_subqueries:
-                    continue
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-
-
-def _is_frame_call(expr: dict) -> bool:
-    return (expr.get("class") == "FUNCTION" and not expr.get("schema")
-            and expr.get("function_name", "").lower() in FRAME_FUNCTIONS)
-
-
-def _uses_frame_functions(node) -> bool:
-    return any(_is_frame_call(e) for e in _expressions(node, into_subqueries=True))
-
-
-def _and_parts(node) -> list[dict]:
-    if node is None:
-        return []
-    if node.get("class") == "CONJUNCTION" and node.get("type") == "CONJUNCTION_AND":
-        return [part for child in node["children"] for part in _and_parts(child)]
-    return [node]
-
-
-def _numeric_constant(node) -> float | None:
-    if not isinstance(node, dict) or node.get("class") != "CONSTANT":
-        return None
-    literal = node.get("literal") or {}
-    if literal.get("kind") in ("STRING", "VARCHAR", "BOOLEAN", "NULL", "BLOB"):
-        return None
-    try:
-        value = float(literal.get("text", ""))
-    except ValueError:
-        return None
-    return value if math.isfinite(value) else None
-
-
-def _aggregate_names() -> frozenset[str]:
-    global _AGGREGATES
-    if _AGGREGATES is None:
-        rows = connection().execute("SELECT DISTINCT function_name FROM duckdb_functions() "
-                                    "WHERE function_type = 'aggregate'").fetchall()
-        _AGGREGATES = frozenset(r[0].lower() for r in rows) | {"count_star"}
-    return _AGGREGATES
-
-
-_AGGREGATES: frozenset[str] | None = None
-
-
-class _Analysis:
+class _Analysis(QuerySpans):
     """One query's AST with the original text: spans, shape checks, the kind rule."""
-
-    def __init__(self, text, tokens, sql, pieces, node):
-        self.text = text
-        self.tokens = tokens
-        self.starts = [t.start for t in tokens]
-        self.sql = sql
-        self.pieces = pieces
-        self.to_char = byte_to_char(sql)
-        self.node = node
-        self.select = node if node.get("type") == "SELECT_NODE" else None
-        self.cte_names = {entry["key"].lower() for d in _children(node)
-                          if isinstance(d.get("cte_map"), dict)
-                          for entry in d["cte_map"].get("map", [])}
-
-    # ---- positions and text
-
-    def span(self, node) -> tuple[int, int]:
-        """Character span of `node` in the original text: the union of the locations of
-        the node and its sub-nodes, widened to whole tokens and balanced parentheses."""
-        lo, hi = None, None
-        for d in _children(node):
-            loc = d.get("query_location")
-            if loc is None or loc >= NO_LOCATION:
-                continue
-            start = self.to_char(loc)
-            end = self.to_char(loc + (d.get("query_location_length") or 0))
-            lo = start if lo is None else min(lo, start)
-            hi = end if hi is None else max(hi, end)
-        if lo is None:
-            return self.tokens[0].start, self.tokens[0].start
-        return self._balanced(_to_original(self.pieces, lo), _to_original(self.pieces, hi))
-
-    def _balanced(self, start: int, end: int) -> tuple[int, int]:
-        toks = self.tokens
-        a = bisect_left(self.starts, start)
-        b = bisect_left(self.starts, max(end, start + 1)) - 1
-        if a >= len(toks) or b < a:
-            return start, end
-        depth = low = 0
-        for k in range(a, b + 1):
-            depth += paren(toks[k])
-            low = min(low, depth)
-        need = -low
-        while need > 0 and a > 0:
-            a -= 1
-            need -= paren(toks[a])
-        need = depth - low
-        while need > 0 and b + 1 < len(toks):
-            b += 1
-            need += paren(toks[b])
-        return toks[a].start, max(end, toks[b].end)
-
-    def grouped_span(self, node) -> tuple[int, int]:
-        """span() plus any parentheses written around the whole node."""
-        start, end = self.span(node)
-        toks = self.tokens
-        a = bisect_left(self.starts, start)
-        b = bisect_left(self.starts, end) - 1
-        while (0 < a and b + 1 < len(toks) and toks[a - 1].text == "("
-               and toks[b + 1].text == ")" and toks[a - 1].kind == toks[b + 1].kind == "operator"):
-            a, b = a - 1, b + 1
-        return toks[a].start, toks[b].end
-
-    def text_of(self, node, grouped: bool = False) -> str:
-        start, end = self.grouped_span(node) if grouped else self.span(node)
-        return self.text[start:end]
-
-    def pos(self, node) -> int:
-        return self.span(node)[0]
-
-    def fail(self, message: str, position: int, hint: str | None = None):
-        raise QueryError(message, self.text, position, hint)
 
     # ---- the query
 
@@ -333,10 +145,10 @@ class _Analysis:
 
     def _aggregates(self) -> list[tuple[int, dict, bool]]:
         """(select item index, aggregate call, nested inside the item) for each aggregate."""
-        names = _aggregate_names()
+        names = aggregate_names()
         found = []
         for index, item in enumerate(self.select.get("select_list", [])):
-            for expr in _expressions(item):
+            for expr in expressions(item):
                 if (expr.get("class") == "FUNCTION" and not expr.get("schema")
                         and expr.get("function_name", "").lower() in names):
                     found.append((index, expr, expr is not item))
@@ -359,7 +171,7 @@ class _Analysis:
         if mod is None:
             return None, None
         limit = mod.get("limit")
-        value = _numeric_constant(limit)
+        value = numeric_constant(limit)
         literal = (limit or {}).get("literal") or {}
         if (value is None or mod.get("limit_type", "ROW_COUNT") != "ROW_COUNT"
                 or not str(literal.get("text", "")).lstrip("-").isdigit()):
@@ -396,7 +208,7 @@ class _Analysis:
             if s.get(key):
                 return f"{clause} does not support {what}", self.pos(s[key]) \
                     if key != "sample" else self.tokens[0].start
-        for expr in _expressions(s.get("select_list", [])):
+        for expr in expressions(s.get("select_list", [])):
             if expr.get("class") == "WINDOW":
                 return f"{clause} does not support window functions", self.pos(expr)
         if "distinct" in mods:
@@ -428,7 +240,7 @@ class _Analysis:
                 return "LIMIT needs a positive whole number here", limit_at
         elif mod is not None:
             return f"LIMIT does not combine with {clause}", limit_at
-        if not any(_uses_frame_functions(p) for p in _and_parts(self.select.get("where_clause"))):
+        if not any(uses_frame_functions(p) for p in and_parts(self.select.get("where_clause"))):
             return (f"{clause} needs a WHERE condition on frame functions, "
                     "e.g. WHERE contains('bus')"), at
         return None
@@ -460,7 +272,7 @@ class _Analysis:
 
     def _tables(self) -> tuple[str, ...]:
         names = []
-        for d in _children(self.node):
+        for d in children(self.node):
             if d.get("type") == "BASE_TABLE" and "table_name" in d:
                 parts = [p for p in (d.get("catalog_name"), d.get("schema_name"),
                                      d.get("table_name")) if p]
@@ -492,9 +304,9 @@ class _Analysis:
 
     def _split_where(self):
         """(predicate parts, restriction parts) of the WHERE clause's top-level ANDs."""
-        parts = _and_parts(self.select.get("where_clause"))
-        predicate = [p for p in parts if _uses_frame_functions(p)]
-        restriction = [p for p in parts if not _uses_frame_functions(p)]
+        parts = and_parts(self.select.get("where_clause"))
+        predicate = [p for p in parts if uses_frame_functions(p)]
+        restriction = [p for p in parts if not uses_frame_functions(p)]
         return predicate, restriction
 
     def _joined(self, parts) -> str | None:
@@ -537,12 +349,12 @@ class _Analysis:
         if node.get("class") == "COMPARISON" and node.get("type") in COMPARISONS:
             op = COMPARISONS[node["type"]]
             left, right = node.get("left"), node.get("right")
-            if column(left) and _numeric_constant(right) is not None:
-                return [(column(left), op, _numeric_constant(right))]
-            if column(right) and _numeric_constant(left) is not None:
-                return [(column(right), FLIPPED[op], _numeric_constant(left))]
+            if column(left) and numeric_constant(right) is not None:
+                return [(column(left), op, numeric_constant(right))]
+            if column(right) and numeric_constant(left) is not None:
+                return [(column(right), FLIPPED[op], numeric_constant(left))]
         if node.get("class") == "BETWEEN" and column(node.get("input")):
-            lo, hi = _numeric_constant(node.get("lower")), _numeric_constant(node.get("upper"))
+            lo, hi = numeric_constant(node.get("lower")), numeric_constant(node.get("upper"))
             if lo is not None and hi is not None:
                 name = column(node["input"])
                 return [(name, ">=", lo), (name, "<=", hi)]
@@ -608,7 +420,7 @@ class _Analysis:
         group_item = None
         group_node = groups[0] if groups else None
         if group_node is not None:
-            ordinal = _numeric_constant(group_node)
+            ordinal = numeric_constant(group_node)
             if ordinal is not None and float(ordinal).is_integer() and 1 <= ordinal <= len(items):
                 group_item = int(ordinal) - 1
             elif group_node.get("class") == "COLUMN_REF" and len(group_node["column_names"]) == 1:
