@@ -31,6 +31,7 @@ from vidql.indexes import CompactCNN, TastiIndex, embed_source, propagate
 from vidql.indexes.embedders import network_embedder
 from vidql.indexes.network import to_tensor
 from vidql.indexes.triplet import random_lighting
+from vidql.engine.framestat import frame_statistic
 
 STATISTICS = {  # statistic -> quality metric
     "objects('car')": "rho",
@@ -196,7 +197,7 @@ def compare(name: str, source, detections: pd.DataFrame, n_frames: int, budget: 
                                      progress=False, **sizes)
         build_s = time.perf_counter() - t0
         t0 = time.perf_counter()
-        proxies = {expr: index.proxy(expr) for expr in statistics}
+        proxies = {expr: index.proxy(frame_statistic(expr)) for expr in statistics}
         query_s = (time.perf_counter() - t0) / len(statistics)
         held_out = np.setdiff1d(all_frames, index.rep_frames)
         figures[method] = {"oracle_calls": oracle.calls, "build_s": build_s, "query_s": query_s,
@@ -275,7 +276,7 @@ def embedding_pass_rates(source, index: TastiIndex, size, frames: int = 2000) ->
 
 
 def _time_fresh_propagation(index: TastiIndex) -> float:
-    values = index.rep_values("objects('car')")
+    values = index.rep_values(frame_statistic("objects('car')"))
     t0 = time.perf_counter()
     propagate(values, index.positions, index.distances, exact_frames=index.rep_frames)
     return time.perf_counter() - t0
@@ -288,11 +289,11 @@ def _crack(index: TastiIndex, detections, truths, n_new: int, seed: int) -> dict
     frames = rng.choice(np.setdiff1d(np.arange(index.n_frames), index.rep_frames), n_new,
                         replace=False)
     held_out = np.setdiff1d(np.arange(index.n_frames), np.concatenate([index.rep_frames, frames]))
-    before = quality("rho", index.proxy(expr)[held_out], truths[expr][held_out])
+    before = quality("rho", index.proxy(frame_statistic(expr))[held_out], truths[expr][held_out])
     t0 = time.perf_counter()
     index.add_labels(detections[detections["frame"].isin(frames)], frames)
     seconds = time.perf_counter() - t0
-    after = quality("rho", index.proxy(expr)[held_out], truths[expr][held_out])
+    after = quality("rho", index.proxy(frame_statistic(expr))[held_out], truths[expr][held_out])
     return {"added_labels": n_new, "seconds": seconds, "rho_car_before": before,
             "rho_car_after": after}
 

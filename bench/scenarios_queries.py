@@ -18,6 +18,7 @@ from vidql.queries import (aggregate_budget, aggregate_error_bound, find_rare, l
                            recall_adaptive, recall_binomial, recall_normal, supg_precision)
 
 from .registry import BenchContext, ScenarioResult, scenario
+from vidql.engine.framestat import frame_statistic
 
 TARGETS = {
     "agg": "CV >= 10x fewer calls than uniform (same stopping rule), >= 95% of trials within eps",
@@ -140,11 +141,11 @@ def _traffic_populations(cache_dir: Path, n: int, seed: int) -> tuple[Population
     busy = f"objects('car') >= {crowd}"
     where = f"synthetic-traffic {n} frames, TASTI proxy"
     embeddings = np.asarray(index.embeddings)
-    return (Population("traffic objects('car')", index.proxy("objects('car')"), values=cars,
+    return (Population("traffic objects('car')", index.proxy(frame_statistic("objects('car')")), values=cars,
                        value_range=(0.0, float(cars.max())), source=where),
-            Population("traffic contains('bus')", index.proxy("contains('bus')"), values=cars,
+            Population("traffic contains('bus')", index.proxy(frame_statistic("contains('bus')")), values=cars,
                        predicate=bus, embeddings=embeddings, gap=10, source=where),
-            Population(f"traffic {busy}", index.proxy(busy), predicate=cars >= crowd,
+            Population(f"traffic {busy}", index.proxy(frame_statistic(busy)), predicate=cars >= crowd,
                        embeddings=embeddings, gap=10, source=where))
 
 

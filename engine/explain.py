@@ -8,7 +8,7 @@ import pandas as pd
 
 from .dialect import Query
 from .exact import bind_query
-from .framestat import FrameExpr, is_predicate
+from .framestat import FrameExpr, frame_statistic, is_predicate
 from .planner import (OPERATORS, Binding, count_star, error_bound, predicate_expr,
                       query_confidence)
 from .result import Report, Result
@@ -188,7 +188,7 @@ def _proxy_plus_error(b: Binding, expr: FrameExpr, pick: np.ndarray) -> np.ndarr
     if is_predicate(expr):
         chance = np.clip(b.proxy(expr), 0.0, 1.0)
         return (np.random.default_rng(1).random(chance.size) < chance).astype(np.float64)
-    truth = np.asarray(index.rep_values(expr), dtype=np.float64)
+    truth = np.asarray(index.rep_values(frame_statistic(expr)), dtype=np.float64)
     rows = index.positions[index.rep_frames]
     weights = 1.0 / (np.maximum(index.distances[index.rep_frames], 0.0) + index.eps)
     weights[rows == np.arange(len(truth))[:, None]] = 0.0  # leave each representative out

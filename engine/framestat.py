@@ -74,6 +74,24 @@ class FrameExpr:
     def is_frame_statistic(self) -> bool:
         return bool(self.functions)
 
+    @property
+    def key(self) -> str:
+        """One name for the statistic however it was spaced (an index caches proxies by it)."""
+        return self.sql.strip()
+
+    def values(self, detections: pd.DataFrame, frames) -> np.ndarray:
+        """The statistic's true value on each of `frames`, given their detections."""
+        return evaluate(self, detections, frames)
+
+
+def frame_statistic(expr: str | FrameExpr) -> FrameExpr:
+    """`expr` parsed, or a QueryError when it uses no frame function (e.g. '1 + 1')."""
+    parsed = parse_frame_expr(expr) if isinstance(expr, str) else expr
+    if not parsed.is_frame_statistic:
+        raise QueryError(f"{parsed.text!r} is not a frame statistic: it uses no frame "
+                         "function such as objects('car') or contains('bus')")
+    return parsed
+
 
 def _string_value(token_text: str) -> str:
     return token_text[1:-1].replace("''", "'")

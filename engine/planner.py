@@ -13,7 +13,7 @@ from .catalog import quote_name
 from .dialect import Query
 from vidql.errors import CatalogError, QueryError
 from .exact import bind_query
-from .framestat import FrameExpr, is_predicate, parse_frame_expr
+from .framestat import FrameExpr, frame_statistic, is_predicate, parse_frame_expr
 from .labelcache import LabelCache
 from .result import Report, Result
 
@@ -74,7 +74,8 @@ class Binding:
         """Proxy scores of a frame statistic over the population (None without an index)."""
         if expr is None or self.index is None:
             return None
-        return np.asarray(self.index.proxy(expr), dtype=np.float64)[self.population]
+        return np.asarray(self.index.proxy(frame_statistic(expr)),
+                          dtype=np.float64)[self.population]
 
     def truths(self, *exprs: FrameExpr | str):
         """Callback: positions in the population -> tuple of true values, one array per

@@ -17,10 +17,9 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from vidql.files import atomic_path
-from vidql.errors import ParameterError, QueryError, VidqlError
+from vidql.errors import ParameterError, VidqlError
 from vidql.detections import DETECTION_COLUMNS, empty_detections, missing_columns, with_dtypes
 
-from ..engine.framestat import FrameExpr, evaluate, parse_frame_expr
 from .embedders import (embed_source, find_pretrained_weights, network_embedder,
                         pixel_embeddings, pretrained_embeddings, source_length)
 from .fpf import farthest_point_first, random_representatives
@@ -293,28 +292,21 @@ class TastiIndex:
 
     # ---- proxies ----------------------------------------------------------------------
 
-    @staticmethod
-    def _parse(expr: str | FrameExpr) -> FrameExpr:
-        parsed = parse_frame_expr(expr) if isinstance(expr, str) else expr
-        if not parsed.is_frame_statistic:
-            raise QueryError(f"{parsed.text!r} is not a frame statistic: it uses no frame "
-                             "function such as objects('car') or contains('bus')")
-        return parsed
+    def rep_values(self, statistic) -> np.ndarray:
+        """True value of a statistic for each representative (same order as rep_frames).
+        A statistic is any object with `values(detections, frames)` and a `key` naming it
+        (the engine's frame expressions are)."""
+        return np.asarray(statistic.values(self.labels, self.rep_frames), dtype=np.float64)
 
-    def rep_values(self, expr: str | FrameExpr) -> np.ndarray:
-        """True value of the statistic for each representative (same order as rep_frames)."""
-        return evaluate(self._parse(expr), self.labels, self.rep_frames)
-
-    def proxy(self, expr: str | FrameExpr) -> np.ndarray:
+    def proxy(self, statistic) -> np.ndarray:
         """Proxy score of a frame statistic or predicate for every frame (float64, read-only;
         exact at labelled frames). Cached per statistic in memory; `save` writes the cache
         and `load` maps it back (no disk I/O here)."""
-        parsed = self._parse(expr)
-        key = parsed.sql.strip()
+        key = statistic.key
         cached = self._proxies.get(key)
         if cached is not None:
             return cached
-        values = propagate(self.rep_values(parsed), self.positions, self.distances,
+        values = propagate(self.rep_values(statistic), self.positions, self.distances,
                            exact_frames=self.rep_frames, eps=self.eps)
         values.flags.writeable = False
         self._proxies[key] = values

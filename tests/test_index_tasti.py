@@ -8,6 +8,7 @@ from test_index_source import CountingOracle, ToyTraffic
 
 import vidql.indexes.tasti as tasti
 from vidql.errors import ParameterError, QueryError, VidqlError
+from vidql.engine.framestat import frame_statistic
 from vidql.indexes import IndexMismatchError, TastiIndex, nearest
 
 N_FRAMES = 3000
@@ -42,7 +43,7 @@ def unlabelled(index):
 def test_triplet_index_ranks_car_counts_far_better_than_random(built, toy):
     index, oracle = built
     truth = toy.truth(CAR)
-    proxy = index.proxy(CAR)
+    proxy = index.proxy(frame_statistic(CAR))
     mask = unlabelled(index)
     rho = spearmanr(proxy[mask], truth[mask])[0]
     assert rho >= 0.6, rho  # random order gives |rho| < 0.05 at this size
@@ -61,21 +62,21 @@ def test_oracle_called_once_per_representative_and_nothing_else(built):
 def test_proxies_are_exact_at_labelled_frames_finite_and_cached(built, toy):
     index, _ = built
     for expr in (CAR, "contains('bus')", "objects('car') >= 3", "objects(*) + objects('person')"):
-        proxy = index.proxy(expr)
+        proxy = index.proxy(frame_statistic(expr))
         assert proxy.dtype == np.float64 and proxy.shape == (N_FRAMES,)
         assert np.isfinite(proxy).all()
         assert np.array_equal(proxy[index.rep_frames], toy.truth(expr)[index.rep_frames])
-    assert index.proxy(CAR) is index.proxy("objects( 'car' )")  # same statistic, one cache entry
+    assert index.proxy(frame_statistic(CAR)) is index.proxy(frame_statistic("objects( 'car' )"))  # same statistic, one cache entry
     with pytest.raises(ValueError):
-        index.proxy(CAR)[0] = 1.0  # cached arrays are read-only
+        index.proxy(frame_statistic(CAR))[0] = 1.0  # cached arrays are read-only
     with pytest.raises(QueryError):
-        index.proxy("1 + 1")
+        index.proxy(frame_statistic("1 + 1"))
 
 
 def test_rare_class_predicate_separates_positives(built, toy):
     index, _ = built
     truth = toy.truth("contains('bus')")
-    proxy = index.proxy("contains('bus')")
+    proxy = index.proxy(frame_statistic("contains('bus')"))
     mask = unlabelled(index)
     assert truth[mask].any()
     top = np.argsort(-proxy[mask])[: int(truth[mask].sum())]
@@ -85,7 +86,7 @@ def test_rare_class_predicate_separates_positives(built, toy):
 
 def test_save_load_gives_identical_proxies_without_recomputing(built, tmp_path, monkeypatch):
     index, _ = built
-    before = index.proxy(CAR).copy()
+    before = index.proxy(frame_statistic(CAR)).copy()
     index.save(tmp_path / "idx")
     loaded = TastiIndex.load(tmp_path / "idx", expect={"video": "toy-0"})
 
@@ -94,21 +95,21 @@ def test_save_load_gives_identical_proxies_without_recomputing(built, tmp_path, 
 
     monkeypatch.setattr(tasti, "propagate", fail)
     monkeypatch.setattr(tasti, "nearest", fail)
-    assert np.array_equal(loaded.proxy(CAR), before)
+    assert np.array_equal(loaded.proxy(frame_statistic(CAR)), before)
     assert isinstance(loaded.embeddings, np.memmap)
     assert np.array_equal(loaded.embeddings, index.embeddings)
     assert np.array_equal(loaded.rep_frames, index.rep_frames)
     assert loaded.stats == index.stats and loaded.identity == index.identity
     monkeypatch.undo()
     files = sorted((tmp_path / "idx").rglob("*"))
-    new = loaded.proxy("contains('person')")  # computed from stored neighbours, in memory only
-    assert np.array_equal(new, index.proxy("contains('person')"))
+    new = loaded.proxy(frame_statistic("contains('person')"))  # computed from stored neighbours, in memory only
+    assert np.array_equal(new, index.proxy(frame_statistic("contains('person')")))
     assert sorted((tmp_path / "idx").rglob("*")) == files  # proxy() never writes
     stamp = (tmp_path / "idx" / "distances.npy").stat().st_mtime_ns
     loaded.save(tmp_path / "idx")  # adds the new proxy file, rewrites nothing else
     assert (tmp_path / "idx" / "distances.npy").stat().st_mtime_ns == stamp
     monkeypatch.setattr(tasti, "propagate", fail)
-    assert np.array_equal(TastiIndex.load(tmp_path / "idx").proxy("contains('person')"), new)
+    assert np.array_equal(TastiIndex.load(tmp_path / "idx").proxy(frame_statistic("contains('person')")), new)
 
 
 def test_load_with_mismatched_identity_or_missing_index_raises(built, tmp_path):
@@ -130,12 +131,12 @@ def test_load_with_mismatched_identity_or_missing_index_raises(built, tmp_path):
 def test_cracking_makes_new_frames_exact_and_equals_a_full_search(toy):
     index = fresh_pixel_index(toy)
     truth = toy.truth(CAR)
-    before = index.proxy(CAR).copy()
+    before = index.proxy(frame_statistic(CAR)).copy()
     rng = np.random.default_rng(7)
     frames = rng.choice(np.flatnonzero(unlabelled(index)), size=300, replace=False)
     detections = toy.labels[toy.labels["frame"].isin(frames)]
     assert index.add_labels(detections, frames) == 300
-    after = index.proxy(CAR)
+    after = index.proxy(frame_statistic(CAR))
     assert np.array_equal(after[frames], truth[frames])
     assert np.abs(after - truth).mean() < np.abs(before - truth).mean()
     dist, pos = nearest(index.embeddings, index.embeddings[index.rep_frames], index.k)
@@ -151,14 +152,14 @@ def test_cracking_makes_new_frames_exact_and_equals_a_full_search(toy):
 def test_cracking_a_saved_index_appends_to_it_and_replaces_its_proxies(toy, tmp_path):
     index = fresh_pixel_index(toy, reps=100)
     d = index.save(tmp_path / "idx")
-    old = index.proxy(CAR).copy()
+    old = index.proxy(frame_statistic(CAR)).copy()
     index.save(d)
     assert len(list((d / "proxies").glob("*.npy"))) == 1
     frames = np.flatnonzero(unlabelled(index))[:50]
     files = {p: p.stat().st_mtime_ns for p in d.rglob("*")}
     index.add_labels(toy.labels[toy.labels["frame"].isin(frames)], frames)
     assert {p: p.stat().st_mtime_ns for p in d.rglob("*")} == files  # no disk I/O
-    new = index.proxy(CAR)
+    new = index.proxy(frame_statistic(CAR))
     assert not np.array_equal(new, old)
     index.save(d)
     for name in ("distances.npy", "positions.npy", "rep_frames.npy", "labels.parquet",
@@ -168,7 +169,7 @@ def test_cracking_a_saved_index_appends_to_it_and_replaces_its_proxies(toy, tmp_
     assert len(list((d / "proxies").glob("*.npy"))) == 1  # the stale proxy is gone
     reloaded = TastiIndex.load(d)
     assert len(reloaded.rep_frames) == 150
-    assert np.array_equal(reloaded.proxy(CAR), new)
+    assert np.array_equal(reloaded.proxy(frame_statistic(CAR)), new)
     assert np.array_equal(reloaded.positions, index.positions)
     assert np.array_equal(reloaded.distances, index.distances)
     pd.testing.assert_frame_equal(reloaded.labels, index.labels)
@@ -189,7 +190,7 @@ def test_incremental_cracking_equals_a_full_recompute(toy, tmp_path):
     scale = float((np.asarray(index.embeddings, dtype=np.float64) ** 2).sum(axis=1).max())
     assert np.allclose(index.distances ** 2, dist ** 2, rtol=1e-4, atol=1e-5 * scale)
     for expr in (CAR, "contains('bus')"):
-        assert np.allclose(index.proxy(expr), full.proxy(expr), rtol=1e-4, atol=1e-6)
+        assert np.allclose(index.proxy(frame_statistic(expr)), full.proxy(frame_statistic(expr)), rtol=1e-4, atol=1e-6)
 
 
 def test_pixel_index_uses_reps_labels_and_seeds_reproduce(toy):
@@ -197,7 +198,7 @@ def test_pixel_index_uses_reps_labels_and_seeds_reproduce(toy):
     b = fresh_pixel_index(toy, reps=120, seed=3)
     assert a.stats["oracle_calls"] == 120
     assert np.array_equal(a.rep_frames, b.rep_frames)
-    assert np.array_equal(a.proxy(CAR), b.proxy(CAR))
+    assert np.array_equal(a.proxy(frame_statistic(CAR)), b.proxy(frame_statistic(CAR)))
 
 
 def test_labels_that_are_all_alike_fall_back_to_the_mining_embedding():
@@ -205,7 +206,7 @@ def test_labels_that_are_all_alike_fall_back_to_the_mining_embedding():
     oracle = CountingOracle(toy.labels.iloc[:0])  # the oracle sees nothing anywhere
     index = TastiIndex.build(toy, oracle, train=40, reps=60, progress=False)
     assert index.stats["triplets"] == 0 and "no triplets" in index.stats["embedding"]
-    assert np.array_equal(index.proxy(CAR), np.zeros(400))
+    assert np.array_equal(index.proxy(frame_statistic(CAR)), np.zeros(400))
 
 
 def test_bad_parameters_raise_before_any_oracle_call(toy):
@@ -230,6 +231,7 @@ import sys, numpy as np
 sys.path.insert(0, {tests!r})
 from test_index_source import ToyTraffic
 from vidql.indexes import TastiIndex
+from vidql.engine.framestat import frame_statistic
 toy = ToyTraffic(n_frames={n}, seed=0)
 index = TastiIndex.load({d!r})
 rng = np.random.default_rng(0)
@@ -237,7 +239,7 @@ for step in range(1, 10_000):
     free = np.setdiff1d(np.arange(index.n_frames), index.rep_frames)
     frames = rng.choice(free, size=5, replace=False)
     index.add_labels(toy.labels[toy.labels["frame"].isin(frames)], frames)
-    index.proxy("objects('car')")
+    index.proxy(frame_statistic("objects('car')"))
     index.save({d!r})
     with open({marker!r}, "a") as fh:
         fh.write(f"{{step}}\\n")
@@ -272,4 +274,4 @@ def test_sigkill_while_cracking_leaves_a_loadable_consistent_index(toy, tmp_path
     scale = float((np.asarray(loaded.embeddings, dtype=np.float64) ** 2).sum(axis=1).max())
     assert np.allclose(loaded.distances ** 2, dist ** 2, rtol=1e-4, atol=1e-5 * scale)
     truth = toy.truth(CAR)
-    assert np.array_equal(loaded.proxy(CAR)[loaded.rep_frames], truth[loaded.rep_frames])
+    assert np.array_equal(loaded.proxy(frame_statistic(CAR))[loaded.rep_frames], truth[loaded.rep_frames])

@@ -8,6 +8,7 @@ from vidql import datasets
 from vidql.engine.framestat import evaluate
 from vidql.indexes import TastiIndex
 from vidql.preprocess import frames as frames_module
+from vidql.engine.framestat import frame_statistic
 
 N_FRAMES = 1500
 
@@ -27,7 +28,7 @@ def test_index_over_decoded_video_ranks_car_counts(traffic):
                                  size=(64, 36), progress=False)
     assert index.n_frames == N_FRAMES and oracle.calls == 120
     cars = evaluate("objects('car')", truth, np.arange(N_FRAMES))
-    proxy = index.proxy("objects('car')")
+    proxy = index.proxy(frame_statistic("objects('car')"))
     held_out = np.setdiff1d(np.arange(N_FRAMES), index.rep_frames)
     assert np.array_equal(proxy[index.rep_frames], cars[index.rep_frames])
     rho = spearmanr(proxy[held_out], cars[held_out])[0]

@@ -144,7 +144,9 @@ class Database:
         if idx is None:
             raise CatalogError(f"video {video!r} has no index for oracle {cache.oracle.name!r}: "
                                f"CREATE INDEX ... ON {video} USING TASTI")
-        return idx.proxy(statistic)
+        from vidql.engine.framestat import frame_statistic
+
+        return idx.proxy(frame_statistic(statistic))
 
     # ---- queries ------------------------------------------------------------------
     def video(self, name: str):
