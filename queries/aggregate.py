@@ -133,7 +133,7 @@ def aggregate_error_bound(n: int, true_values: Callable[[np.ndarray], np.ndarray
                           proxy: np.ndarray | None = None, error: float, relative: bool = False,
                           confidence: float = 0.95, seed=0, batch: int = 1024,
                           value_range: tuple[float, float] | None = None,
-                          max_samples: int | None = None, bound: str = "bernstein",
+                          max_samples: int | None = None, bound: str = "betting",
                           beta: float | None = None, p: float = 1.1) -> AggregateResult:
     """Estimate the mean of `true_values` over frames 0..n-1 within `error`.
 
@@ -247,7 +247,7 @@ def aggregate_ratio_error_bound(n: int, true_values: Callable, *, error: float,
                                 relative: bool = False, confidence: float = 0.95, seed=0,
                                 batch: int = 1024,
                                 value_range: tuple[float, float] | None = None,
-                                max_samples: int | None = None, bound: str = "bernstein",
+                                max_samples: int | None = None, bound: str = "betting",
                                 beta: float | None = None, p: float = 1.1) -> AggregateResult:
     """AVG(stat) over the frames where pred holds, within `error` (absolute or relative).
 
