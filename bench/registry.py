@@ -45,3 +45,16 @@ def scenario(name: str, description: str):
         return fn
 
     return register
+
+
+def pyplot():
+    """matplotlib's pyplot on the file-only Agg backend, or None when matplotlib is missing
+    (a scenario then writes no plot)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    return plt

@@ -25,7 +25,7 @@ import torch
 from scipy.stats import spearmanr
 from sklearn.metrics import roc_auc_score
 
-from vidql.bench.registry import BenchContext, ScenarioResult, scenario
+from vidql.bench.registry import BenchContext, ScenarioResult, pyplot, scenario
 from vidql.engine.framestat import evaluate
 from vidql.indexes import CompactCNN, TastiIndex, embed_source, propagate
 from vidql.indexes.embedders import network_embedder
@@ -393,12 +393,8 @@ def _notes(figures: dict, synthetic: dict) -> list[str]:
 
 
 def _plot(ctx: BenchContext, synthetic: dict) -> list[str]:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return []
     fig, ax = plt.subplots(figsize=(8, 4))
     width = 0.8 / len(METHODS)

@@ -17,7 +17,7 @@ import numpy as np
 from vidql.queries import (aggregate_budget, aggregate_error_bound, find_rare, limit_query,
                            recall_adaptive, recall_binomial, recall_normal, supg_precision)
 
-from .registry import BenchContext, ScenarioResult, scenario
+from .registry import BenchContext, ScenarioResult, pyplot, scenario
 from vidql.engine.framestat import frame_statistic
 
 TARGETS = {
@@ -189,12 +189,8 @@ def _populations(ctx: BenchContext, *needs: str, temporal: bool = False) -> list
 
 def _bar_plot(ctx: BenchContext, name: str, rows: list[dict], label: str, value: str) -> list[str]:
     """A bar chart of one column per row; skipped when matplotlib is missing."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return []
     fig, ax = plt.subplots(figsize=(7, 3.5))
     ax.bar([r[label] for r in rows], [r[value] for r in rows])

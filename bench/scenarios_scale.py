@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .registry import BenchContext, ScenarioResult, scenario
+from .registry import BenchContext, ScenarioResult, pyplot, scenario
 from .scenarios_queries import most_separated
 
 SIZES_QUICK = (10_000, 100_000)
@@ -369,12 +369,8 @@ def table_rows(runs: dict) -> list[dict]:
 
 def plot(ctx: BenchContext, runs: dict) -> list[str]:
     """Seconds and peak memory against N (log-log); skipped when matplotlib is missing."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return []
     ns = [r["frames"] for r in runs.values()]
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
