@@ -1,7 +1,8 @@
 """Detection label files: `frame,label,score,x1,y1,x2,y2`, as CSV or Parquet by suffix.
 
 The same format as `../shared/data/*.labels.csv`: one row per detection, frames numbered
-from 0, boxes in pixels; frames without detections have no rows.
+from 0, boxes in pixels; frames without detections have no rows. Labels of a collection
+have a `clip` column too (the clip's name; frames numbered within the clip).
 """
 from __future__ import annotations
 
@@ -48,7 +49,13 @@ def _validated(df: pd.DataFrame, path: Path) -> pd.DataFrame:
     if df["label"].isna().any():
         raise VidqlError(f"label file '{path}': column 'label' has a missing value")
     out["label"] = df["label"].astype("str")
-    return pd.DataFrame({c: out[c] for c in LABEL_COLUMNS}).reset_index(drop=True)
+    columns = LABEL_COLUMNS
+    if "clip" in df.columns:
+        if df["clip"].isna().any():
+            raise VidqlError(f"label file '{path}': column 'clip' has a missing value")
+        out["clip"] = df["clip"].astype("str")
+        columns = ["clip"] + LABEL_COLUMNS
+    return pd.DataFrame({c: out[c] for c in columns}).reset_index(drop=True)
 
 
 def write_labels(df: pd.DataFrame, path: str | os.PathLike) -> Path:
@@ -67,7 +74,8 @@ def write_labels(df: pd.DataFrame, path: str | os.PathLike) -> Path:
 
 def read_labels(path: str | os.PathLike) -> pd.DataFrame:
     """Read a label file written by `write_labels` or in the shared CSV format: columns
-    frame (int64), label (str), score and x1, y1, x2, y2 (float64); others are dropped."""
+    frame (int64), label (str), score and x1, y1, x2, y2 (float64), and clip (str) when
+    present; others are dropped."""
     path = Path(path)
     fmt = _format(path)
     if not path.is_file():

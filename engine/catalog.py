@@ -1,7 +1,8 @@
 """The catalog: videos, oracles and indexes in DuckDB tables, artifacts in a folder beside it.
 
-A video `night` is a table `night(frame, ts)` and a view `night.objects` over the label
-cache for the video's default oracle. Every change is one DuckDB transaction, so a failed
+A video `night` is a collection of clips (one per file; a single file is a collection of
+one): a table `night(clip, frame, ts, start_ts)`, a row per clip in `vidql.clips`, and a
+view `night.objects` over the label cache for the video's default oracle. Every change is one DuckDB transaction, so a failed
 statement leaves the catalog as it was.
 """
 from __future__ import annotations
@@ -20,7 +21,10 @@ import numpy as np
 import pandas as pd
 
 from vidql.errors import CatalogError, OracleError, VideoError
+from .catalog_upgrade import upgrade_catalog
+from .clips import ClipMap, CollectionSource, clip_names, creation_timestamp, video_paths
 from .labelcache import SCHEMA_SQL, LabelCache
+from .sqlnames import quote_name
 from .oracle_api import Oracle
 from .oracle_kinds import absolute_source, changed_sources, make_oracle
 
@@ -34,6 +38,10 @@ CREATE TABLE IF NOT EXISTS vidql.oracles (
 CREATE TABLE IF NOT EXISTS vidql.indexes (
     name VARCHAR PRIMARY KEY, video VARCHAR, method VARCHAR, options VARCHAR,
     oracle_identity VARCHAR, built_at TIMESTAMP DEFAULT current_timestamp);
+CREATE TABLE IF NOT EXISTS vidql.clips (
+    video VARCHAR, clip VARCHAR, ordinal INTEGER, path VARCHAR, codec VARCHAR, width INTEGER,
+    height INTEGER, fps DOUBLE, frame_count BIGINT, duration DOUBLE, fingerprint VARCHAR,
+    start_ts TIMESTAMP, first_frame BIGINT, PRIMARY KEY (video, clip));
 """
 
 NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -89,11 +97,6 @@ def fingerprint_matches(stored: str, path: str | Path) -> bool:
     return int(size) == os.path.getsize(path) and head == now
 
 
-def quote_name(name: str) -> str:
-    """`name` as a DuckDB identifier (double-quoted, inner quotes doubled)."""
-    return '"' + name.replace('"', '""') + '"'
-
-
 class Catalog:
     """Catalog tables over one DuckDB connection, plus the artifact folder."""
 
@@ -108,7 +111,7 @@ class Catalog:
         self._infos: dict[str, object] = {}
         if not read_only:  # a read-only file has its catalog tables (or is no vidql database)
             con.execute(CATALOG_SQL)
-            self._upgrade_objects_views()
+            upgrade_catalog(self)
 
     # ---- transactions -------------------------------------------------------------
     def run_atomically(self, statements: list[tuple[str, list]]) -> None:
@@ -135,55 +138,171 @@ class Catalog:
     def video_dir(self, name: str) -> Path:
         return self.artifacts / "videos" / name
 
-    def add_video(self, path: str | Path, name: str, *, rendition: int | None = None) -> dict:
-        """Probe and register a video; nothing changes unless every step succeeds."""
-        from vidql.preprocess.probe import probe_video
+    def clip_dir(self, name: str, ordinal: int) -> Path:
+        """A clip's artifacts (probe result, rendition); the first clip keeps the layout a
+        single video always had."""
+        vdir = self.video_dir(name)
+        return vdir if ordinal == 0 else vdir / "clips" / str(ordinal)
 
+    def clip_table(self, name: str) -> pd.DataFrame:
+        """The clips of a collection in load order (every column of vidql.clips)."""
+        name = self.video_row(name)["name"]
+        return self.con.execute("SELECT * FROM vidql.clips WHERE video = ? ORDER BY ordinal",
+                                [name]).df()
+
+    def clip_map(self, name: str) -> ClipMap:
+        return ClipMap.of(self.clip_table(name))
+
+    def add_video(self, source, name: str, *, rendition: int | None = None,
+                  skip_bad: bool = False, into: bool = False) -> tuple[dict, list[tuple[str, str]]]:
+        """LOAD VIDEO: probe every file `source` names (a file, glob, folder or list) and
+        register them as clips of collection `name` (a new one, or an existing one `into`).
+        A file that cannot be read fails the whole load, naming every such file, unless
+        `skip_bad`; then the rest load. Nothing changes unless every step succeeds.
+        Returns the collection's row and the skipped (path, reason) pairs."""
+        paths = video_paths(source)
+        if into:
+            row = self.video_row(name)
+            name, clips = row["name"], self.clip_table(name)
+            rendition = None if pd.isna(row["rendition_short_side"]) else int(row["rendition_short_side"])
+        else:
+            self._check_new_video_name(name)
+            clips = pd.DataFrame({"clip": [], "ordinal": [], "first_frame": [], "frame_count": []})
+        good, bad = self._probe_all(paths)
+        if bad and not skip_bad:
+            listed = "; ".join(f"'{p}': {reason}" for p, reason in bad)
+            raise VideoError(source if isinstance(source, str) else paths[0],
+                             f"{len(bad)} of {len(paths)} files cannot be loaded ({listed}); "
+                             f"nothing was loaded: fix or remove them, or LOAD VIDEO ... WITH "
+                             f"(skip_bad = true) to load the rest")
+        if not good:
+            raise VideoError(source if isinstance(source, str) else paths[0],
+                             "no file could be loaded: " + "; ".join(f"'{p}': {r}" for p, r in bad))
+        names = clip_names([p for p, _ in good], set(clips["clip"]))
+        first = len(clips)
+        offset = int((clips["first_frame"] + clips["frame_count"]).max()) if first else 0
+        staged = [self._stage_clip(name, first + k, path, info, rendition)
+                  for k, (path, info) in enumerate(good)]
+        try:
+            self._register_clips(name, names, good, first, offset, rendition, into, source)
+        except BaseException:
+            for staging in staged:
+                shutil.rmtree(staging, ignore_errors=True)
+            raise
+        for k, staging in enumerate(staged):
+            final = self.clip_dir(name, first + k)
+            if final != self.video_dir(name):
+                shutil.rmtree(final, ignore_errors=True)
+            self._move_staged(staging, final)
+        self._forget(name)
+        return self.video_row(name), bad
+
+    def _check_new_video_name(self, name: str) -> None:
         check_name("video", name)
         if name.lower() in (n.lower() for n in self.video_names()):
-            raise CatalogError(f"a video named {name!r} already exists; DROP VIDEO {name} first "
-                               f"or choose another name")
+            raise CatalogError(f"a video named {name!r} already exists; LOAD VIDEO ... INTO "
+                               f"{name} appends clips, DROP VIDEO {name} removes it")
         if self.con.execute("SELECT count(*) FROM information_schema.tables WHERE "
                             "lower(table_name) = lower(?) AND table_schema = 'main'",
                             [name]).fetchall()[0][0]:
             raise CatalogError(f"a table named {name!r} already exists; choose another video name")
-        path = Path(path).resolve()
-        info = probe_video(path)
-        vdir = self.video_dir(name)
-        staging = vdir.with_name(vdir.name + ".loading")
+
+    @staticmethod
+    def _probe_all(paths: list[Path]) -> tuple[list, list[tuple[str, str]]]:
+        """(path, VideoInfo) of the files that read, (path, reason) of those that do not."""
+        from vidql.preprocess.probe import probe_video
+
+        good, bad = [], []
+        for path in paths:
+            try:
+                good.append((path, probe_video(path)))
+            except VideoError as exc:
+                bad.append((str(path), exc.reason))
+        return good, bad
+
+    def _stage_clip(self, name: str, ordinal: int, path: Path, info, rendition) -> Path:
+        """Write a clip's probe result (and rendition) to a staging folder."""
+        final = self.clip_dir(name, ordinal)
+        staging = final.with_name(final.name + ".loading")
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)
-        try:
-            with open(staging / "info.pkl", "wb") as fh:
-                pickle.dump(info, fh)
-            if rendition is not None:
-                from vidql.preprocess.rendition import make_rendition
+        with open(staging / "info.pkl", "wb") as fh:
+            pickle.dump(info, fh)
+        if rendition is not None:
+            from vidql.preprocess.rendition import make_rendition
 
-                make_rendition(path, staging / "rendition", int(rendition), progress=self.progress)
-            ts = self._timestamps(info)
-            self.con.register("__vidql_ts", pd.DataFrame({"frame": np.arange(info.frame_count),
-                                                          "ts": ts}))
-            q = quote_name(name)
-            self.run_atomically([
+            make_rendition(path, staging / "rendition", int(rendition), progress=self.progress)
+        return staging
+
+    @staticmethod
+    def _move_staged(staging: Path, final: Path) -> None:
+        """Move a staged clip folder in place (the first clip's files go into the video's
+        folder, which holds the other clips' folders too)."""
+        if final.is_dir():
+            for item in staging.iterdir():
+                target = final / item.name
+                if target.is_dir():
+                    shutil.rmtree(target)
+                item.rename(target)
+            staging.rmdir()
+        else:
+            final.parent.mkdir(parents=True, exist_ok=True)
+            staging.rename(final)
+
+    def _register_clips(self, name, names, good, first, offset, rendition, into, source) -> None:
+        """One transaction: the clip rows, the table rows and (for a new collection) the
+        video row, its table and its `objects` view."""
+        rows, frames = [], []
+        for k, ((path, info), clip) in enumerate(zip(good, names, strict=True)):
+            start = creation_timestamp(getattr(info, "creation_time", None))
+            rows.append([name, clip, first + k, str(path), info.codec, info.width, info.height,
+                         info.fps, info.frame_count, info.duration, file_fingerprint(path),
+                         start, offset])
+            frames.append(pd.DataFrame({"clip": clip, "frame": np.arange(info.frame_count),
+                                        "ts": self._timestamps(info), "start_ts": start}))
+            offset += info.frame_count
+        q = quote_name(name)
+        statements = [("INSERT INTO vidql.clips VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", r)
+                      for r in rows]
+        if not into:
+            info0 = good[0][1]
+            statements += [
                 ("INSERT INTO vidql.videos (name, path, codec, width, height, fps, frame_count, "
                  "duration, fingerprint, oracle, rendition_short_side) "
-                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?)",
-                 [name, str(path), info.codec, info.width, info.height, info.fps,
-                  info.frame_count, info.duration, file_fingerprint(path), rendition]),
-                (f"CREATE TABLE main.{q} AS SELECT CAST(frame AS BIGINT) AS frame, "
-                 f"CAST(ts AS DOUBLE) AS ts FROM __vidql_ts ORDER BY frame", []),
+                 "VALUES (?, ?, ?, ?, ?, ?, 0, 0, NULL, NULL, ?)",
+                 [name, str(good[0][0]) if len(good) == 1 and not isinstance(source, (list, tuple))
+                  else str(source), info0.codec, info0.width, info0.height, info0.fps, rendition]),
+                (f"CREATE TABLE main.{q} (clip VARCHAR, frame BIGINT, ts DOUBLE, "
+                 f"start_ts TIMESTAMP)", []),
                 (f"CREATE SCHEMA {q}", []),
-                (self._objects_view_sql(name), []),
-            ])
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
+                (self.objects_view_sql(name), []),
+            ]
+        statements += [(f"INSERT INTO main.{q} SELECT clip, CAST(frame AS BIGINT), "
+                        f"CAST(ts AS DOUBLE), CAST(start_ts AS TIMESTAMP) FROM __vidql_frames "
+                        f"ORDER BY frame", []),
+                       self._video_totals_sql(name)]
+        self.con.register("__vidql_frames", pd.concat(frames, ignore_index=True))
+        try:
+            self.run_atomically(statements)
         finally:
-            self.con.unregister("__vidql_ts")
-        shutil.rmtree(vdir, ignore_errors=True)
-        staging.rename(vdir)
-        self._infos[name] = info
-        return self.video_row(name)
+            self.con.unregister("__vidql_frames")
+
+    @staticmethod
+    def _video_totals_sql(name: str) -> tuple[str, list]:
+        """Keep the collection's row in step with its clips: total frames and duration, and
+        a fingerprint over every clip's (the only clip's for a single file)."""
+        return ("UPDATE vidql.videos SET frame_count = t.n, duration = t.d, fingerprint = t.f "
+                "FROM (SELECT sum(frame_count) AS n, sum(duration) AS d, CASE WHEN count(*) = 1 "
+                "THEN min(fingerprint) ELSE 'clips:' || count(*) || ':' || "
+                "md5(string_agg(fingerprint, ',' ORDER BY ordinal)) END AS f FROM vidql.clips "
+                "WHERE video = ?) t WHERE name = ?", [name, name])
+
+    def _forget(self, name: str) -> None:
+        """Drop what this process remembers of a collection (after it changed)."""
+        for key in [k for k in self._infos if k[0] == name]:
+            del self._infos[key]
+        for key in [k for k in self._caches if k[0] == name]:
+            del self._caches[key]
 
     @staticmethod
     def _timestamps(info) -> np.ndarray:
@@ -198,49 +317,62 @@ class Catalog:
         """DuckDB variable naming the oracle identity `video.objects` shows (set per query)."""
         return f"vidql_oracle_{video}"
 
-    def _objects_view_sql(self, video: str) -> str:
+    def objects_view_sql(self, video: str) -> str:
         """`video.objects`: the labels of the oracle a query uses (the variable run_exact
         sets), else of the video's default oracle (for readers outside vidql)."""
         lit = "'" + video.replace("'", "''") + "'"
         default = (f"(SELECT o.identity FROM vidql.videos v JOIN vidql.oracles o "
                    f"ON o.name = v.oracle WHERE v.name = {lit})")
-        return (f"CREATE OR REPLACE VIEW {quote_name(video)}.objects AS SELECT frame, label, score, "
-                f"x1, y1, x2, y2 FROM vidql.labels WHERE video = {lit} AND oracle = "
+        return (f"CREATE OR REPLACE VIEW {quote_name(video)}.objects AS SELECT clip, frame, label, "
+                f"score, x1, y1, x2, y2 FROM vidql.labels WHERE video = {lit} AND oracle = "
                 f"coalesce(getvariable('{self.oracle_variable(video)}'), {default})")
 
-    def _upgrade_objects_views(self) -> None:
-        """Catalogs made before views followed USING ORACLE get the current view."""
-        old = self.con.execute("SELECT schema_name FROM duckdb_views() WHERE view_name = "
-                               "'objects' AND database_name = current_database() AND "
-                               "sql NOT LIKE '%getvariable%'").fetchall()
-        videos = set(self.video_names())
-        for (schema,) in old:
-            if schema in videos:
-                self.con.execute(self._objects_view_sql(schema))
+    def clip_info(self, name: str, ordinal: int):
+        """The probe result of a clip; raises if its file is gone or its content changed
+        since loading (checked once per process). A lost artifacts folder is rebuilt by
+        probing the file again."""
+        key = (name, int(ordinal))
+        if key not in self._infos:
+            row = self.con.execute("SELECT clip, path, fingerprint FROM vidql.clips WHERE "
+                                   "video = ? AND ordinal = ?", [name, int(ordinal)]).fetchall()
+            if not row:
+                raise CatalogError(f"video {name!r} has no clip number {ordinal}")
+            clip, path, fingerprint = row[0]
+            what = f"video {name!r}" if self._single(name) else f"clip {clip!r} of video {name!r}"
+            fix = (f"ALTER VIDEO {name} SET PATH 'new/place'" if self._single(name)
+                   else f"ALTER VIDEO {name} SET PATH '{clip}' = 'new/place'")
+            if not Path(path).is_file():
+                raise VideoError(path, f"file of {what} is gone; restore it, or if it moved: {fix}")
+            if not fingerprint_matches(fingerprint, path):
+                raise VideoError(path, f"file of {what} changed since LOAD VIDEO (its content "
+                                       f"differs); its labels and indexes no longer apply: "
+                                       f"restore the file, or DROP VIDEO {name} and load it again")
+            self._infos[key] = self._stored_info(self.clip_dir(name, ordinal), path)
+        return self._infos[key]
+
+    def _single(self, name: str) -> bool:
+        return self.con.execute("SELECT count(*) FROM vidql.clips WHERE video = ?",
+                                [name]).fetchall()[0][0] == 1
+
+    def clip_infos(self, name: str) -> list:
+        """Probe results of every clip in load order (each checked as clip_info does)."""
+        name = self.video_row(name)["name"]
+        return [self.clip_info(name, o) for o in self.clip_table(name)["ordinal"]]
 
     def video_info(self, name: str):
-        """The probe result of a loaded video; raises if its file is gone or its content
-        changed since loading. A lost artifacts folder is rebuilt by probing the file again."""
+        """The probe result of a single-file video (see clip_info)."""
         row = self.video_row(name)
-        name = row["name"]
-        if name not in self._infos:
-            path = row["path"]
-            if not Path(path).is_file():
-                raise VideoError(path, f"file of video {name!r} is gone; restore it, or if it "
-                                       f"moved: ALTER VIDEO {name} SET PATH 'new/place'")
-            if not fingerprint_matches(row["fingerprint"], path):
-                raise VideoError(path, f"file of video {name!r} changed since LOAD VIDEO (its "
-                                       f"content differs); its labels and indexes no longer "
-                                       f"apply: restore the file, or DROP VIDEO {name} and load "
-                                       f"it again")
-            self._infos[name] = self._stored_info(name, path)
-        return self._infos[name]
+        if not self._single(row["name"]):
+            raise CatalogError(f"video {row['name']!r} is a collection of several clips; "
+                               f"SHOW CLIPS {row['name']} lists them")
+        return self.clip_info(row["name"], 0)
 
-    def _stored_info(self, name: str, path: str):
+    @staticmethod
+    def _stored_info(directory: Path, path: str):
         """The saved probe result (re-probed and saved again when the artifacts are gone)."""
         from vidql.preprocess.probe import probe_video
 
-        saved = self.video_dir(name) / "info.pkl"
+        saved = directory / "info.pkl"
         if saved.is_file():
             with open(saved, "rb") as fh:
                 info = pickle.load(fh)
@@ -251,28 +383,62 @@ class Catalog:
             pickle.dump(info, fh)
         return info
 
-    def set_video_path(self, name: str, path: str | Path) -> dict:
-        """ALTER VIDEO name SET PATH: the same video (same content) at a new place; labels,
-        indexes and everything else stay. A file with other content is refused."""
-        row = self.video_row(name)
-        name, path = row["name"], Path(path).resolve()
+    def _clip_ordinal(self, name: str, clip: str | None, statement: str) -> tuple[int, str]:
+        """(ordinal, name) of a clip named in an ALTER VIDEO statement (None: the only clip)."""
+        clips = self.clip_table(name)
+        if clip is None:
+            if len(clips) != 1:
+                raise CatalogError(f"video {name!r} has {len(clips)} clips: name one, "
+                                   f"ALTER VIDEO {name} SET {statement} 'clip' = ...")
+            return 0, clips["clip"].iloc[0]
+        hit = clips[clips["clip"].str.lower() == clip.lower()]
+        if hit.empty:
+            raise CatalogError(f"video {name!r} has no clip {clip!r}; SHOW CLIPS {name} lists them")
+        return int(hit["ordinal"].iloc[0]), hit["clip"].iloc[0]
+
+    def set_video_path(self, name: str, path: str | Path, clip: str | None = None) -> dict:
+        """ALTER VIDEO name SET PATH ['clip' =] 'path': the same clip (same content) at a
+        new place; labels, indexes and everything else stay. Other content is refused."""
+        name = self.video_row(name)["name"]
+        ordinal, clip = self._clip_ordinal(name, clip, "PATH")
+        path = Path(path).resolve()
+        old_path, fingerprint = self.con.execute(
+            "SELECT path, fingerprint FROM vidql.clips WHERE video = ? AND ordinal = ?",
+            [name, ordinal]).fetchall()[0]
         if not path.is_file():
             raise VideoError(path, "no such file")
-        if not fingerprint_matches(row["fingerprint"], path):
-            raise VideoError(path, f"its content differs from video {name!r} (loaded from "
-                                   f"'{row['path']}'): ALTER VIDEO ... SET PATH only moves a "
-                                   f"video whose bytes are unchanged; LOAD VIDEO it under "
+        if not fingerprint_matches(fingerprint, path):
+            what = f"video {name!r}" if self._single(name) else f"clip {clip!r} of video {name!r}"
+            raise VideoError(path, f"its content differs from {what} "
+                                   f"(loaded from '{old_path}'): ALTER VIDEO ... SET PATH only "
+                                   f"moves a file whose bytes are unchanged; LOAD VIDEO it under "
                                    f"another name")
-        self.run_atomically([("UPDATE vidql.videos SET path = ? WHERE name = ?", [str(path), name])])
-        self._infos.pop(name, None)
-        info = self.video_info(name)
-        with open(self.video_dir(name) / "info.pkl", "wb") as fh:
+        statements = [("UPDATE vidql.clips SET path = ? WHERE video = ? AND ordinal = ?",
+                       [str(path), name, ordinal])]
+        if self._single(name):
+            statements.append(("UPDATE vidql.videos SET path = ? WHERE name = ?", [str(path), name]))
+        self.run_atomically(statements)
+        self._infos.pop((name, ordinal), None)
+        info = self.clip_info(name, ordinal)
+        with open(self.clip_dir(name, ordinal) / "info.pkl", "wb") as fh:
             pickle.dump(info, fh)
         return self.video_row(name)
 
+    def set_clip_start(self, name: str, clip: str, start) -> pd.DataFrame:
+        """ALTER VIDEO name SET START 'clip' = TIMESTAMP '...': the clip's start time (the
+        table's `start_ts`); NULL clears it. Returns the clip's row."""
+        name = self.video_row(name)["name"]
+        ordinal, clip = self._clip_ordinal(name, clip, "START")
+        start = None if start is None or pd.isna(start) else pd.Timestamp(start)
+        self.run_atomically([
+            ("UPDATE vidql.clips SET start_ts = ? WHERE video = ? AND ordinal = ?",
+             [start, name, ordinal]),
+            (f"UPDATE main.{quote_name(name)} SET start_ts = ? WHERE clip = ?", [start, clip])])
+        return self.clips(name).query("clip == @clip")
+
     def ensure_video_relations(self, name: str) -> None:
-        """Recreate a video's table `name(frame, ts)` and view `name.objects` if a plain
-        DROP TABLE / DROP SCHEMA removed them: the catalog has everything they hold."""
+        """Recreate a video's table `name(clip, frame, ts, start_ts)` and view `name.objects`
+        if a plain DROP TABLE / DROP SCHEMA removed them: the catalog has all they hold."""
         name = self.video_row(name)["name"]
         have = self.con.execute(
             "SELECT (SELECT count(*) FROM duckdb_tables() WHERE database_name = current_database()"
@@ -281,18 +447,25 @@ class Catalog:
             "'objects')", [name, name]).fetchall()[0]
         if all(have):
             return
-        info = self.video_info(name)
         q = quote_name(name)
-        statements = [(f"CREATE SCHEMA IF NOT EXISTS {q}", []), (self._objects_view_sql(name), [])]
+        statements = [(f"CREATE SCHEMA IF NOT EXISTS {q}", []), (self.objects_view_sql(name), [])]
         if not have[0]:
-            self.con.register("__vidql_ts", pd.DataFrame({"frame": np.arange(info.frame_count),
-                                                          "ts": self._timestamps(info)}))
-            statements.append((f"CREATE TABLE main.{q} AS SELECT CAST(frame AS BIGINT) AS frame, "
-                               f"CAST(ts AS DOUBLE) AS ts FROM __vidql_ts ORDER BY frame", []))
+            clips = self.clip_table(name)
+            self.con.register("__vidql_frames", self._clip_frames(clips, self.clip_infos(name)))
+            statements.append((f"CREATE TABLE main.{q} AS SELECT clip, CAST(frame AS BIGINT) AS "
+                               f"frame, CAST(ts AS DOUBLE) AS ts, CAST(start_ts AS TIMESTAMP) AS "
+                               f"start_ts FROM __vidql_frames", []))
         try:
             self.run_atomically(statements)
         finally:
-            self.con.unregister("__vidql_ts")
+            self.con.unregister("__vidql_frames")
+
+    def _clip_frames(self, clips: pd.DataFrame, infos: list) -> pd.DataFrame:
+        """The table rows (clip, frame, ts, start_ts) of clips, in load order."""
+        return pd.concat([pd.DataFrame({"clip": c, "frame": np.arange(info.frame_count),
+                                        "ts": self._timestamps(info), "start_ts": s})
+                          for c, s, info in zip(clips["clip"], clips["start_ts"], infos,
+                                                strict=True)], ignore_index=True)
 
     def drop_video(self, name: str) -> None:
         name = self.video_row(name)["name"]
@@ -301,19 +474,25 @@ class Catalog:
             ("DELETE FROM vidql.labels WHERE video = ?", [name]),
             ("DELETE FROM vidql.labelled WHERE video = ?", [name]),
             ("DELETE FROM vidql.indexes WHERE video = ?", [name]),
+            ("DELETE FROM vidql.clips WHERE video = ?", [name]),
             ("DELETE FROM vidql.videos WHERE name = ?", [name]),
             (f"DROP TABLE IF EXISTS main.{q}", []),
             (f"DROP SCHEMA IF EXISTS {q} CASCADE", []),
         ])
         shutil.rmtree(self.video_dir(name), ignore_errors=True)
-        self._infos.pop(name, None)
-        for key in [k for k in self._caches if k[0] == name]:
-            del self._caches[key]
+        self._forget(name)
 
     def videos(self) -> pd.DataFrame:
+        """SHOW VIDEOS: one row per video (collection) with its clip and frame counts."""
         return self.con.execute(
-            "SELECT name, path, codec, width, height, fps, frame_count, duration, oracle, "
-            "rendition_short_side AS rendition FROM vidql.videos ORDER BY name").df()
+            "SELECT name, (SELECT count(*) FROM vidql.clips c WHERE c.video = v.name) AS clips, "
+            "path, codec, width, height, fps, frame_count, duration, oracle, "
+            "rendition_short_side AS rendition FROM vidql.videos v ORDER BY name").df()
+
+    def clips(self, name: str) -> pd.DataFrame:
+        """SHOW CLIPS name: the clips of a video in load order."""
+        return self.clip_table(name)[["clip", "path", "codec", "width", "height", "fps",
+                                      "frame_count", "duration", "start_ts", "first_frame"]]
 
     # ---- oracles ------------------------------------------------------------------
     def oracle_names(self) -> list[str]:
@@ -444,59 +623,40 @@ class Catalog:
         o = self.oracle(oracle) if oracle else self.default_oracle(row["name"])
         key = (row["name"], o.identity)
         if key not in self._caches:
-            info = self.video_info(row["name"])
-            self._caches[key] = LabelCache(self.con, row["name"], info.frame_count, o,
-                                           self._pixel_batches(info), progress=self.progress)
+            self.clip_infos(row["name"])  # a clip whose file is gone or changed: an error now
+            self._caches[key] = LabelCache(self.con, row["name"], self.clip_map(row["name"]), o,
+                                           self._pixel_batches(row["name"]),
+                                           progress=self.progress)
         return self._caches[key]
 
-    def lowres_source(self, video: str) -> "LowResSource":
-        """Frames of a video for embedders and proxies (low resolution, original numbering)."""
-        rendition = self.video_dir(self.video_row(video)["name"]) / "rendition"
-        return LowResSource(self.video_info(video), rendition if rendition.is_dir() else None)
-
-    @staticmethod
-    def _pixel_batches(info):
-        """Original-resolution frames for the oracle, through the pipelined runtime."""
-        from vidql.preprocess import frame_batches
-
-        def batches(frames: np.ndarray, batch_size: int):
-            return closing(frame_batches(info, frames=frames, batch_size=batch_size))
-
-        return batches
-
-
-class LowResSource:
-    """A frame source (n_frames, read, iter_batches) over a video for low-res consumers:
-    its rendition when it has one (original frame numbers), else the original, resized."""
-
-    DEFAULT_SHORT_SIDE = 36
-
-    def __init__(self, info, rendition_dir: Path | None = None):
+    def lowres_source(self, video: str) -> CollectionSource:
+        """Frames of a video for embedders and proxies (low resolution, by global position):
+        each clip's rendition when it has one, else the clip, resized."""
         from vidql.preprocess import Rendition
 
-        self.info = info
-        self.n_frames = info.frame_count
-        self.rendition = Rendition.load(rendition_dir) if rendition_dir else None
+        name = self.video_row(video)["name"]
+        clips = self.clip_table(name)
+        renditions = [Rendition.load(self.clip_dir(name, o) / "rendition")
+                      if (self.clip_dir(name, o) / "rendition").is_dir() else None
+                      for o in clips["ordinal"]]
+        return CollectionSource(ClipMap.of(clips), self.clip_infos(name), renditions)
 
-    def proxy_size(self, short_side: int | None = None) -> tuple[int, int]:
-        """(width, height) with the given short side, keeping the aspect ratio (even sizes)."""
-        s = short_side or self.DEFAULT_SHORT_SIDE
-        w, h = self.info.width, self.info.height
-        scale = s / min(w, h)
-        return max(2, round(w * scale / 2) * 2), max(2, round(h * scale / 2) * 2)
-
-    def read(self, frames, size=None) -> np.ndarray:
-        from vidql.preprocess.frames import FrameReader
-
-        reader = self.rendition.open() if self.rendition else FrameReader(self.info.path, self.info)
-        with reader:
-            return reader.read(frames, size=size)
-
-    def iter_batches(self, batch_size: int, start: int = 0, stop: int | None = None, size=None):
+    def _pixel_batches(self, name: str):
+        """Original-resolution frames for the oracle, clip by clip, through the pipelined
+        runtime: (global positions, uint8 N×H×W×3) batches for ascending positions. A clip's
+        file is checked when first read."""
         from vidql.preprocess import frame_batches
 
-        stop = self.n_frames if stop is None else stop
-        frames = None if (start, stop) == (0, self.n_frames) else np.arange(start, stop)
-        with closing(frame_batches(self.rendition or self.info, size=size, batch_size=batch_size,
-                                   frames=frames)) as batches:
-            yield from batches
+        clip_map = self.clip_map(name)
+
+        def clip_batches(positions: np.ndarray, batch_size: int):
+            for o, local, _ in clip_map.pieces(positions):
+                with closing(frame_batches(self.clip_info(name, o), frames=local,
+                                           batch_size=batch_size)) as batches:
+                    for ids, pixels in batches:
+                        yield np.asarray(ids, dtype=np.int64) + clip_map.first[o], pixels
+
+        def batches(positions: np.ndarray, batch_size: int):
+            return closing(clip_batches(positions, batch_size))
+
+        return batches

@@ -38,13 +38,13 @@ from .dialect_statements import (DEFAULT_CONFIDENCE, INDEX_METHODS, QUERY_KINDS,
                                  Aggregate, Clauses, CreateIndex, CreateOracle, DropIndex,
                                  DropVideo, LoadVideo, OutputColumn, PlainSQL, Query, SetOracle,
                                  ShowIndexes, ShowOracles, ShowVideos, Statement,
-                                 AlterVideoPath, DropOracle)
+                                 AlterVideoPath, AlterVideoStart, DropOracle, ShowClips)
 from vidql.errors import QueryError
 
 __all__ = [
     "parse", "parse_script", "describe", "Statement", "Query", "Clauses", "Aggregate",
     "OutputColumn", "PlainSQL", "LoadVideo", "ShowVideos", "DropVideo", "CreateOracle",
-    "SetOracle", "ShowOracles", "DropOracle", "AlterVideoPath", "CreateIndex", "ShowIndexes", "DropIndex", "QUERY_KINDS",
+    "SetOracle", "ShowOracles", "DropOracle", "AlterVideoPath", "AlterVideoStart", "ShowClips", "CreateIndex", "ShowIndexes", "DropIndex", "QUERY_KINDS",
     "ORACLE_KINDS", "INDEX_METHODS", "DEFAULT_CONFIDENCE",
 ]
 
@@ -93,37 +93,44 @@ def _parse_statement(text: str, tokens: list[Token]) -> Statement:
     return PlainSQL(text[tokens[0].start:tokens[-1].end])
 
 
+def _describe_load(stmt: LoadVideo) -> str:
+    paths = stmt.path if isinstance(stmt.path, str) else ", ".join(stmt.path)
+    return f"load video '{paths}' {'into' if stmt.into else 'as'} {stmt.name}{_options(stmt.options)}"
+
+
+def _describe_move(stmt: AlterVideoPath) -> str:
+    what = f"clip '{stmt.clip}' of video {stmt.name}" if stmt.clip else f"video {stmt.name}"
+    return f"move {what} to '{stmt.path}' (same content)"
+
+
+_DESCRIBE = {
+    Query: lambda q: ("EXPLAIN " if q.explain else "") + _describe_query(q),
+    LoadVideo: _describe_load,
+    ShowVideos: lambda s: "list the videos",
+    ShowClips: lambda s: f"list the clips of video {s.name}",
+    DropVideo: lambda s: f"drop video {s.name} with its labels and index" + _if_exists(s.if_exists),
+    CreateOracle: lambda s: (f"create {'or replace ' if s.replace else ''}oracle {s.name} from "
+                             f"{s.kind} '{s.source}'{_options(s.options)}"),
+    SetOracle: lambda s: f"make {s.oracle} the default oracle of video {s.video}",
+    ShowOracles: lambda s: "list the oracles",
+    DropOracle: lambda s: f"drop oracle {s.name} (its cached labels stay)" + _if_exists(s.if_exists),
+    AlterVideoPath: _describe_move,
+    AlterVideoStart: lambda s: (f"set the start time of clip '{s.clip}' of video {s.name} to "
+                                f"{s.start}"),
+    CreateIndex: lambda s: (f"build {s.method} index {s.name} on video {s.video}"
+                            f"{_options(s.options)}"),
+    ShowIndexes: lambda s: "list the indexes",
+    DropIndex: lambda s: f"drop index {s.name}" + _if_exists(s.if_exists),
+    PlainSQL: lambda s: "DuckDB statement: " + _short(s.sql),
+}
+
+
 def describe(stmt: Statement) -> str:
     """One line saying what a statement does (EXPLAIN and the shell show it)."""
-    if isinstance(stmt, Query):
-        return ("EXPLAIN " if stmt.explain else "") + _describe_query(stmt)
-    if isinstance(stmt, LoadVideo):
-        return f"load video '{stmt.path}' as {stmt.name}{_options(stmt.options)}"
-    if isinstance(stmt, ShowVideos):
-        return "list the videos"
-    if isinstance(stmt, DropVideo):
-        return f"drop video {stmt.name} with its labels and index" + _if_exists(stmt.if_exists)
-    if isinstance(stmt, CreateOracle):
-        return (f"create {'or replace ' if stmt.replace else ''}oracle {stmt.name} from {stmt.kind} '{stmt.source}'"
-                f"{_options(stmt.options)}")
-    if isinstance(stmt, SetOracle):
-        return f"make {stmt.oracle} the default oracle of video {stmt.video}"
-    if isinstance(stmt, ShowOracles):
-        return "list the oracles"
-    if isinstance(stmt, DropOracle):
-        return f"drop oracle {stmt.name} (its cached labels stay)" + _if_exists(stmt.if_exists)
-    if isinstance(stmt, AlterVideoPath):
-        return f"move video {stmt.name} to '{stmt.path}' (same content)"
-    if isinstance(stmt, CreateIndex):
-        return (f"build {stmt.method} index {stmt.name} on video {stmt.video}"
-                f"{_options(stmt.options)}")
-    if isinstance(stmt, ShowIndexes):
-        return "list the indexes"
-    if isinstance(stmt, DropIndex):
-        return f"drop index {stmt.name}" + _if_exists(stmt.if_exists)
-    if isinstance(stmt, PlainSQL):
-        return "DuckDB statement: " + _short(stmt.sql)
-    raise TypeError(f"not a statement: {stmt!r}")
+    how = _DESCRIBE.get(type(stmt))
+    if how is None:
+        raise TypeError(f"not a statement: {stmt!r}")
+    return how(stmt)
 
 
 def _describe_query(q: Query) -> str:

@@ -1,26 +1,29 @@
-"""Catalog statements of the dialect: LOAD/SHOW/DROP/ALTER VIDEO, CREATE [OR REPLACE]/SET/
+"""Catalog statements of the dialect: LOAD/SHOW/DROP/ALTER VIDEO, SHOW CLIPS, CREATE [OR REPLACE]/SET/
 SHOW/DROP ORACLE, CREATE/SHOW/DROP INDEX. Statements DuckDB also knows (DROP INDEX aside) keep their
 DuckDB meaning: `LOAD httpfs`, `SET threads = 2`, `CREATE INDEX i ON t (col)`."""
 from __future__ import annotations
 
 from .dialect_lex import Cursor, Token
 from .oracle_kinds import ORACLE_KINDS
-from .dialect_statements import (AlterVideoPath, CreateIndex, CreateOracle,
+from .dialect_statements import (AlterVideoPath, AlterVideoStart, CreateIndex, CreateOracle,
                                  DropIndex, DropOracle, DropVideo, INDEX_METHODS, LoadVideo,
-                                 SetOracle, ShowIndexes, ShowOracles, ShowVideos)
+                                 SetOracle, ShowClips, ShowIndexes, ShowOracles, ShowVideos)
 
 USAGE = {
-    "LOAD VIDEO": "write LOAD VIDEO 'path/to/video.mp4' AS name [WITH (rendition = 128)]",
+    "LOAD VIDEO": ("write LOAD VIDEO 'path/to/video.mp4' AS name [WITH (rendition = 128)]; a "
+                   "glob 'clips/*.mp4', a folder or ('a.mp4', 'b.mp4') loads a collection, "
+                   "INTO name appends to one"),
     "DROP VIDEO": "write DROP VIDEO [IF EXISTS] name",
     "CREATE ORACLE": ("write CREATE [OR REPLACE] ORACLE name FROM ONNX|TORCHVISION|LABELS|PYTHON "
                       "'source' [WITH (key = value, ...)]"),
     "DROP ORACLE": "write DROP ORACLE [IF EXISTS] name",
-    "ALTER VIDEO": "write ALTER VIDEO name SET PATH 'new/place.mp4'",
+    "ALTER VIDEO": ("write ALTER VIDEO name SET PATH ['clip' =] 'new/place.mp4' or ALTER VIDEO "
+                    "name SET START 'clip' = TIMESTAMP '2026-11-02 08:00:00'"),
     "SET ORACLE": "write SET ORACLE video = oracle",
     "CREATE INDEX": ("write CREATE INDEX name ON video USING TASTI "
                      "[WITH (train = 1000, reps = 2000, k = 5)]"),
     "DROP INDEX": "write DROP INDEX [IF EXISTS] name",
-    "SHOW": "write SHOW VIDEOS, SHOW ORACLES or SHOW INDEXES",
+    "SHOW": "write SHOW VIDEOS, SHOW CLIPS video, SHOW ORACLES or SHOW INDEXES",
 }
 
 
@@ -33,7 +36,7 @@ def is_catalog_statement(tokens: list[Token]) -> bool:
         return True
     if words[:4] == ["CREATE", "OR", "REPLACE", "ORACLE"]:
         return True
-    if head in (("SHOW", "VIDEOS"), ("SHOW", "ORACLES"), ("SHOW", "INDEXES")):
+    if head in (("SHOW", "VIDEOS"), ("SHOW", "ORACLES"), ("SHOW", "INDEXES"), ("SHOW", "CLIPS")):
         return True
     if head == ("CREATE", "INDEX"):
         # DuckDB's own index has a column list: CREATE INDEX i ON t [USING ART] (col)
@@ -51,7 +54,10 @@ def parse_catalog(text: str, tokens: list[Token]):
         c.next()
         second = c.next().word
     if first == "SHOW":
-        stmt = {"VIDEOS": ShowVideos, "ORACLES": ShowOracles, "INDEXES": ShowIndexes}[second]()
+        if second == "CLIPS":
+            stmt = ShowClips(c.name("the video's name", USAGE["SHOW"]))
+        else:
+            stmt = {"VIDEOS": ShowVideos, "ORACLES": ShowOracles, "INDEXES": ShowIndexes}[second]()
         _end(c, USAGE["SHOW"])
         return stmt
     key = f"{first} {second}"
@@ -70,15 +76,29 @@ def _end(c: Cursor, hint: str) -> None:
 
 
 def _load_video(c: Cursor, hint: str) -> LoadVideo:
+    if c.accept_op("("):
+        path = [_path(c, hint)]
+        while c.accept_op(","):
+            path.append(_path(c, hint))
+        c.expect_op(")", hint)
+        path = tuple(path)
+    else:
+        path = _path(c, hint)
+    into = c.is_word("INTO")
+    if not (into or c.is_word("AS")):
+        raise c.error(f"LOAD VIDEO needs AS name (or INTO name) after the path, got {c.shown()}",
+                      hint)
+    c.next()
+    name = c.name("the video's name" if into else "a name for the video", hint)
+    options = c.options(hint) if c.accept("WITH") else {}
+    return LoadVideo(path, name, options, into)
+
+
+def _path(c: Cursor, hint: str) -> str:
     path = c.string("the video's path", hint)
     if not path:
         raise c.error("the video's path is empty", hint, c.tokens[c.i - 1].start)
-    if not c.is_word("AS"):
-        raise c.error(f"LOAD VIDEO needs AS name after the path, got {c.shown()}", hint)
-    c.next()
-    name = c.name("a name for the video", hint)
-    options = c.options(hint) if c.accept("WITH") else {}
-    return LoadVideo(path, name, options)
+    return path
 
 
 def _if_exists(c: Cursor) -> bool:
@@ -100,13 +120,21 @@ def _drop_oracle(c: Cursor, hint: str) -> DropOracle:
     return DropOracle(c.name("the oracle's name", hint), if_exists)
 
 
-def _alter_video(c: Cursor, hint: str) -> AlterVideoPath:
+def _alter_video(c: Cursor, hint: str) -> AlterVideoPath | AlterVideoStart:
     name = c.name("the video's name", hint)
+    if c.accept("SET", "START"):
+        clip = c.string("the clip's name", hint)
+        c.expect_op("=", hint)
+        if c.accept("NULL"):
+            return AlterVideoStart(name, clip, None)
+        c.accept("TIMESTAMP")
+        return AlterVideoStart(name, clip, c.string("the clip's start time", hint))
     if not c.accept("SET", "PATH"):
-        raise c.error(f"expected SET PATH after ALTER VIDEO {name}, got {c.shown()}", hint)
-    path = c.string("the video's new path", hint)
-    if not path:
-        raise c.error("the video's path is empty", hint, c.tokens[c.i - 1].start)
+        raise c.error(f"expected SET PATH or SET START after ALTER VIDEO {name}, got "
+                      f"{c.shown()}", hint)
+    path = _path(c, hint)
+    if c.accept_op("="):
+        return AlterVideoPath(name, _path(c, hint), clip=path)
     return AlterVideoPath(name, path)
 
 

@@ -17,11 +17,20 @@ DEFAULT_CONFIDENCE = 0.95
 
 @dataclass(frozen=True)
 class LoadVideo:
-    """`LOAD VIDEO 'path' AS name [WITH (...)]`."""
+    """`LOAD VIDEO 'path' | ('a', 'b', ...) AS name | INTO name [WITH (...)]`: a file, glob
+    or folder (or a list of files) as a new video, or appended `into` an existing one."""
 
-    path: str
+    path: str | tuple[str, ...]
     name: str
     options: dict = field(default_factory=dict)
+    into: bool = False
+
+
+@dataclass(frozen=True)
+class ShowClips:
+    """`SHOW CLIPS name`."""
+
+    name: str
 
 
 @dataclass(frozen=True)
@@ -59,10 +68,21 @@ class DropOracle:
 
 @dataclass(frozen=True)
 class AlterVideoPath:
-    """`ALTER VIDEO name SET PATH 'path'`: the same video's file at a new place."""
+    """`ALTER VIDEO name SET PATH ['clip' =] 'path'`: the same clip's file at a new place
+    (`clip` None: the video's only clip)."""
 
     name: str
     path: str
+    clip: str | None = None
+
+
+@dataclass(frozen=True)
+class AlterVideoStart:
+    """`ALTER VIDEO name SET START 'clip' = TIMESTAMP '...'` (or NULL): a clip's start time."""
+
+    name: str
+    clip: str
+    start: str | None
 
 
 @dataclass(frozen=True)

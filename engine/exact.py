@@ -10,17 +10,20 @@ import duckdb
 import numpy as np
 
 from .catalog import Catalog, quote_name
+from .clips import ClipMap
 from vidql.errors import QueryError
 from .framestat import FrameExpr, frame_table_sql, parse_frame_expr
 from .labelcache import LabelStats
 
 
-def needed_frames(n_frames: int, frame_range: tuple[int | None, int | None] | None) -> np.ndarray:
-    """Frames [lo, hi) of a video that a query restricted to `frame_range` reads."""
+def needed_frames(clip_map: ClipMap, frame_range: tuple[int | None, int | None] | None) -> np.ndarray:
+    """Global positions of the frames [lo, hi) of every clip that a query restricted to
+    `frame_range` reads."""
     lo, hi = frame_range or (None, None)
     lo = 0 if lo is None else max(0, int(lo))
-    hi = n_frames if hi is None else min(n_frames, int(hi))
-    return np.arange(lo, max(lo, hi), dtype=np.int64)
+    parts = [first + np.arange(lo, max(lo, count if hi is None else min(count, int(hi))))
+             for first, count in zip(clip_map.first, clip_map.counts, strict=True)]
+    return np.concatenate(parts).astype(np.int64) if parts else np.empty(0, dtype=np.int64)
 
 
 def run_exact(catalog: Catalog, sql: str, videos: list[str],
@@ -36,7 +39,7 @@ def run_exact(catalog: Catalog, sql: str, videos: list[str],
         for video in videos:
             cache = catalog.label_cache(video, oracle)
             before = cache.stats.snapshot()
-            frames = needed_frames(cache.n_frames, (frame_ranges or {}).get(video))
+            frames = needed_frames(cache.clip_map, (frame_ranges or {}).get(video))
             cache.ensure(frames, desc=f"exact query: labelling {video}")
             delta = cache.stats.since(before)
             stats.oracle_calls += delta.oracle_calls
@@ -88,15 +91,25 @@ def bind_query(catalog: Catalog, sql: str, videos: list[str],
 
 
 def _shadow_video(catalog: Catalog, video: str, identity: str, functions) -> str:
-    """Create temp table `video` (shadowing main.video) with a column per frame function."""
+    """Create temp table `video` (shadowing main.video) with a column per frame function.
+    Frames are joined to labels by global position (clip's first frame + frame)."""
     q = quote_name(video)
-    labelled = (f"(SELECT v.frame, v.ts, (l.frame IS NOT NULL) AS __labelled FROM main.{q} v "
-                f"LEFT JOIN vidql.labelled l ON l.frame = v.frame AND l.video = '{video}' "
-                f"AND l.oracle = '{identity.replace(chr(39), chr(39) * 2)}')")
-    detections = (f"(SELECT frame, label, score FROM vidql.labels WHERE video = '{video}' "
-                  f"AND oracle = '{identity.replace(chr(39), chr(39) * 2)}')")
+    v, o = _literal(video), _literal(identity)
+    labelled = (f"(SELECT c.first_frame + v.frame AS frame, c.first_frame + v.frame AS __position, "
+                f"v.clip AS __clip, v.frame AS "
+                f"__frame, v.ts, v.start_ts, (l.frame IS NOT NULL) AS __labelled FROM main.{q} v "
+                f"JOIN vidql.clips c ON c.video = {v} AND c.clip = v.clip LEFT JOIN "
+                f"vidql.labelled l ON l.video = {v} AND l.oracle = {o} AND l.clip = v.clip AND "
+                f"l.frame = v.frame)")
+    detections = (f"(SELECT c.first_frame + l.frame AS frame, l.label, l.score FROM vidql.labels "
+                  f"l JOIN vidql.clips c ON c.video = l.video AND c.clip = l.clip WHERE "
+                  f"l.video = {v} AND l.oracle = {o})")
     table = frame_table_sql(functions, detections, labelled)
     cols = ", ".join(f"CASE WHEN __labelled THEN {fn.column} END AS {fn.column}" for fn in functions)
-    catalog.con.execute(f"CREATE OR REPLACE TEMP TABLE {q} AS SELECT frame, ts, {cols} "
-                        f"FROM ({table}) ORDER BY frame")
+    catalog.con.execute(f"CREATE OR REPLACE TEMP TABLE {q} AS SELECT __clip AS clip, __frame AS "
+                        f"frame, ts, start_ts, {cols} FROM ({table}) ORDER BY __position")
     return video
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"

@@ -7,9 +7,9 @@ from contextlib import contextmanager
 import duckdb
 import pandas as pd
 
-from .dialect import (AlterVideoPath, CreateIndex, CreateOracle, DropIndex, DropOracle,
+from .dialect import (AlterVideoPath, AlterVideoStart, CreateIndex, CreateOracle, DropIndex, DropOracle,
                       DropVideo, LoadVideo, PlainSQL, Query, SetOracle, ShowIndexes, ShowOracles,
-                      ShowVideos, describe, parse_script)
+                      ShowClips, ShowVideos, describe, parse_script)
 from .dialect_lex import tokenize
 from vidql.errors import CatalogError, ParameterError, QueryError
 from .exact import run_exact
@@ -18,6 +18,7 @@ from .result import Report, Result
 
 
 CATALOG_WRITES = (LoadVideo, DropVideo, CreateOracle, DropOracle, SetOracle, AlterVideoPath,
+                  AlterVideoStart,
                   CreateIndex, DropIndex)
 
 
@@ -66,18 +67,30 @@ def _message(db, text: str) -> Result:
 
 
 def _load_video(db, stmt: LoadVideo) -> Result:
+    """The video's SHOW VIDEOS row; with a `skipped` column naming the files skip_bad left
+    out and why."""
     options = dict(stmt.options)
     rendition = options.pop("rendition", None)
+    skip_bad = options.pop("skip_bad", False)
     if options:
         raise ParameterError(f"unknown LOAD VIDEO option(s) {', '.join(sorted(options))}; "
-                             f"allowed: rendition")
+                             f"allowed: rendition, skip_bad")
+    if not isinstance(skip_bad, bool):
+        raise ParameterError(f"LOAD VIDEO option skip_bad must be true or false, got {skip_bad!r}")
     if rendition is not None:
+        if stmt.into:
+            raise ParameterError("LOAD VIDEO ... INTO takes the collection's rendition setting; "
+                                 "leave out rendition")
         from vidql.preprocess.rendition import SHORT_SIDE
 
         rendition = SHORT_SIDE.check("LOAD VIDEO option rendition (short side in pixels)",
                                      rendition)
-    db.load_video(stmt.path, stmt.name, rendition=rendition)
-    return _frame(db, db.videos().query("name == @stmt.name"))
+    row = db.load_video(stmt.path, stmt.name, rendition=rendition, skip_bad=skip_bad,
+                        into=stmt.into)
+    frame = db.videos().query("name == @row['name']")
+    if row["skipped"]:
+        frame = frame.assign(skipped="; ".join(f"'{p}': {why}" for p, why in row["skipped"]))
+    return _frame(db, frame)
 
 
 def _drop_video(db, stmt: DropVideo) -> Result:
@@ -88,8 +101,12 @@ def _drop_video(db, stmt: DropVideo) -> Result:
 
 
 def _alter_video_path(db, stmt: AlterVideoPath) -> Result:
-    db.set_video_path(stmt.name, stmt.path)
+    db.set_video_path(stmt.name, stmt.path, clip=stmt.clip)
     return _frame(db, db.videos().query("name == @stmt.name"))
+
+
+def _alter_video_start(db, stmt: AlterVideoStart) -> Result:
+    return _frame(db, db.catalog.set_clip_start(stmt.name, stmt.clip, stmt.start))
 
 
 def _create_oracle(db, stmt: CreateOracle) -> Result:
@@ -130,6 +147,8 @@ def _drop_index(db, stmt: DropIndex) -> Result | None:
 _HANDLERS = {
     LoadVideo: _load_video,
     ShowVideos: lambda db, stmt: _frame(db, db.videos()),
+    ShowClips: lambda db, stmt: _frame(db, db.catalog.clips(stmt.name)),
+    AlterVideoStart: _alter_video_start,
     DropVideo: _drop_video,
     AlterVideoPath: _alter_video_path,
     CreateOracle: _create_oracle,

@@ -1,6 +1,7 @@
 """The durable label cache: the only door to an oracle.
 
-Labels are keyed by (video, oracle identity, frame). Each batch of oracle output is
+Labels are keyed by (video, oracle identity, clip, frame); the cache itself numbers a
+collection's frames by global position (engine/clips.py) and converts. Each batch of oracle output is
 committed to DuckDB before it is used, frames with zero detections are recorded, and no
 frame is sent to the oracle twice. A killed process loses at most the batch in flight.
 """
@@ -18,6 +19,7 @@ from tqdm import tqdm
 
 from vidql.detections import DETECTION_COLUMNS
 from vidql.errors import OracleError, VidqlError
+from .clips import ClipMap
 from .framestat import FrameExpr, FrameStatistics, count_detections, count_sql
 from .oracle_api import Oracle, check_detections
 
@@ -26,11 +28,11 @@ MIN_AHEAD = 16  # frames labelled at once when an operator asks fewer (label_ahe
 SCHEMA_SQL = """
 CREATE SCHEMA IF NOT EXISTS vidql;
 CREATE TABLE IF NOT EXISTS vidql.labels (
-    video VARCHAR, oracle VARCHAR, frame BIGINT, label VARCHAR, score DOUBLE,
+    video VARCHAR, oracle VARCHAR, clip VARCHAR, frame BIGINT, label VARCHAR, score DOUBLE,
     x1 DOUBLE, y1 DOUBLE, x2 DOUBLE, y2 DOUBLE);
 CREATE TABLE IF NOT EXISTS vidql.labelled (
-    video VARCHAR, oracle VARCHAR, frame BIGINT, detections INTEGER,
-    PRIMARY KEY (video, oracle, frame));
+    video VARCHAR, oracle VARCHAR, clip VARCHAR, frame BIGINT, detections INTEGER,
+    PRIMARY KEY (video, oracle, clip, frame));
 CREATE TABLE IF NOT EXISTS vidql.oracle_costs (
     oracle VARCHAR PRIMARY KEY, frames BIGINT, seconds DOUBLE);
 """
@@ -62,11 +64,12 @@ class LabelCache:
     `frame_batches(frames, batch_size)` is a context manager yielding (ids, uint8 N×H×W×3)
     batches in frame order: the pixels for oracles that need them."""
 
-    def __init__(self, con, video: str, n_frames: int, oracle: Oracle, frame_batches, *,
+    def __init__(self, con, video: str, clip_map: ClipMap, oracle: Oracle, frame_batches, *,
                  progress: bool = True):
         self.con = con
         self.video = video
-        self.n_frames = n_frames
+        self.clip_map = clip_map
+        self.n_frames = clip_map.n_frames
         self.oracle = oracle
         self.frame_batches = frame_batches
         self.progress = progress
@@ -74,10 +77,10 @@ class LabelCache:
         self._bar = None  # a query's progress bar while one is open
         self.read_only = con.execute("SELECT readonly FROM duckdb_databases() "
                                      "WHERE database_name = current_database()").fetchall()[0][0]
-        done = con.execute("SELECT frame FROM vidql.labelled WHERE video = ? AND oracle = ?",
-                           [video, oracle.identity]).fetchnumpy()["frame"]
-        self._labelled = np.zeros(n_frames, dtype=bool)
-        self._labelled[np.asarray(done, dtype=np.int64)] = True
+        done = con.execute("SELECT clip, frame FROM vidql.labelled WHERE video = ? AND oracle = ?",
+                           [video, oracle.identity]).fetchnumpy()
+        self._labelled = np.zeros(self.n_frames, dtype=bool)
+        self._labelled[clip_map.positions(done["clip"], done["frame"])] = True
         # per-frame detection counts by (label, min_score), -1 where not known yet: filled
         # from each batch the oracle returns, and from the catalog for earlier labels
         self._counts: dict[tuple, np.ndarray] = {}
@@ -92,7 +95,7 @@ class LabelCache:
         if len(frames) and (frames.min() < 0 or frames.max() >= self.n_frames):
             bad = frames[(frames < 0) | (frames >= self.n_frames)][0]
             raise VidqlError(f"frame {bad} is outside video {self.video!r} "
-                             f"(frames 0..{self.n_frames - 1})")
+                             f"(positions 0..{self.n_frames - 1})")
         return frames
 
     def ensure(self, frames, desc: str | None = None) -> None:
@@ -113,11 +116,12 @@ class LabelCache:
         bar = self._progress(desc or f"labelling {self.video} with {self.oracle.name}",
                              len(todo)) if own else self._bar
         try:
-            if not self.oracle.needs_pixels:
-                for start in range(0, len(todo), batch):
-                    self._label_batch(todo[start:start + batch], None, 0.0,
-                                      last=start + batch >= len(todo))
-                    bar.update(min(batch, len(todo) - start))
+            if not self.oracle.needs_pixels:  # batches never span two clips
+                chunks = [ids[start:start + batch] for _, _, ids in self.clip_map.pieces(todo)
+                          for start in range(0, len(ids), batch)]
+                for k, ids in enumerate(chunks):
+                    self._label_batch(ids, None, 0.0, last=k == len(chunks) - 1)
+                    bar.update(len(ids))
                 return
             with self.frame_batches(todo, batch) as batches:
                 t0 = time.perf_counter()
@@ -169,13 +173,19 @@ class LabelCache:
         oracle's measured cost is recorded with the last batch of a call (one statement
         fewer per batch; a killed call keeps its labels, not that estimate)."""
         t1 = time.perf_counter()
+        ordinal, local = self.clip_map.split(ids)
+        clip = self.clip_map.names[ordinal[0]] if len(self.clip_map.names) > 1 else None
         try:
-            det = check_detections(self.oracle.detect(pixels, ids), ids, self.oracle)
+            det = check_detections(self.oracle.detect_in_clip(pixels, local, clip), local,
+                                   self.oracle)
+            det["frame"] += self.clip_map.first[ordinal[0]]  # back to global positions
         except VidqlError:
             raise
         except Exception as exc:
-            raise OracleError(f"oracle {self.oracle.name!r} failed on frames {ids[0]}..{ids[-1]} "
-                              f"of video {self.video!r}: {type(exc).__name__}: {exc}; "
+            where = f" of clip {clip!r}" if clip else ""
+            raise OracleError(f"oracle {self.oracle.name!r} failed on frames {local[0]}.."
+                              f"{local[-1]}{where} of video {self.video!r}: "
+                              f"{type(exc).__name__}: {exc}; "
                               f"{int(self._labelled.sum())} labelled frames stay cached") from exc
         t2 = time.perf_counter()
         rows = pd.Index(ids).get_indexer(det["frame"].to_numpy())
@@ -199,15 +209,18 @@ class LabelCache:
         Frames are inserted plainly (`ignore` skips frames already recorded, slower: only
         when another connection recorded one meanwhile)."""
         key = [self.video, self.oracle.identity]
+        names = np.asarray(self.clip_map.names, dtype=object)
+        clip, frame = self.clip_map.split(ids)
         self.con.execute("BEGIN TRANSACTION")
         try:
             if len(det):
-                self.con.register("__vidql_det", det)
-                self.con.execute("INSERT INTO vidql.labels SELECT ?, ?, frame, label, score, "
+                det_clip, det_frame = self.clip_map.split(det["frame"].to_numpy())
+                self.con.register("__vidql_det", det.assign(clip=names[det_clip], frame=det_frame))
+                self.con.execute("INSERT INTO vidql.labels SELECT ?, ?, clip, frame, label, score, "
                                  "x1, y1, x2, y2 FROM __vidql_det", key)
             self.con.execute(f"INSERT {'OR IGNORE ' if ignore else ''}INTO vidql.labelled "
-                             "SELECT ?, ?, unnest(?), unnest(?)",
-                             key + [ids.tolist(), counts.tolist()])
+                             "SELECT ?, ?, unnest(?), unnest(?), unnest(?)",
+                             key + [names[clip].tolist(), frame.tolist(), counts.tolist()])
             if cost is not None:
                 self.con.execute("INSERT INTO vidql.oracle_costs VALUES (?, ?, ?) ON CONFLICT DO "
                                  "UPDATE SET frames = frames + excluded.frames, "
@@ -229,17 +242,26 @@ class LabelCache:
         """Cached detections (DETECTION_COLUMNS) of `frames` (all labelled frames if None),
         labelling the missing ones first."""
         if frames is None:
-            sql = ("SELECT frame, label, score, x1, y1, x2, y2 FROM vidql.labels "
-                   "WHERE video = ? AND oracle = ? ORDER BY frame")
-            return self.con.execute(sql, [self.video, self.oracle.identity]).df()
-        frames = self._check_range(frames)
-        self.ensure(frames)
-        self.con.register("__vidql_want", pd.DataFrame({"frame": np.unique(frames)}))
-        try:
+            frames = self.labelled_frames
+        else:
+            frames = self._check_range(frames)
+            self.ensure(frames)
+        with self._wanted(np.unique(frames)):
             return self.con.execute(
-                f"SELECT {', '.join('l.' + c for c in DETECTION_COLUMNS)} FROM vidql.labels l "
-                "JOIN __vidql_want w USING (frame) WHERE l.video = ? AND l.oracle = ? "
-                "ORDER BY l.frame", [self.video, self.oracle.identity]).df()
+                f"SELECT w.position AS frame, {', '.join('l.' + c for c in DETECTION_COLUMNS[1:])}"
+                " FROM vidql.labels l JOIN __vidql_want w ON l.clip = w.clip AND l.frame = w.frame"
+                " WHERE l.video = ? AND l.oracle = ? ORDER BY w.position",
+                [self.video, self.oracle.identity]).df()
+
+    @contextmanager
+    def _wanted(self, positions: np.ndarray):
+        """Table `__vidql_want(clip, frame, position)` of global positions, while inside."""
+        clip, frame = self.clip_map.split(positions)
+        names = np.asarray(self.clip_map.names, dtype=object)
+        self.con.register("__vidql_want", pd.DataFrame({"clip": names[clip], "frame": frame,
+                                                        "position": positions}))
+        try:
+            yield
         finally:
             self.con.unregister("__vidql_want")
 
@@ -259,11 +281,12 @@ class LabelCache:
         """Counts of frames labelled before this cache saw them, computed where the labels
         live, in one statement."""
         cols = ", ".join(f"{count_sql(k)} AS c{i}" for i, k in enumerate(keys))
-        got = self.con.execute(
-            f"SELECT frame, {cols} FROM vidql.labels WHERE video = ? AND oracle = ? "
-            "AND frame IN (SELECT unnest(?)) GROUP BY frame",
-            [self.video, self.oracle.identity, frames.tolist()]).fetchnumpy()
-        hit = np.asarray(got["frame"], dtype=np.int64)
+        with self._wanted(frames):
+            got = self.con.execute(
+                f"SELECT w.position, {cols} FROM vidql.labels l JOIN __vidql_want w ON "
+                "l.clip = w.clip AND l.frame = w.frame WHERE l.video = ? AND l.oracle = ? "
+                "GROUP BY w.position", [self.video, self.oracle.identity]).fetchnumpy()
+        hit = np.asarray(got["position"], dtype=np.int64)
         for i, k in enumerate(keys):
             self._counts[k][frames] = 0  # labelled frames without rows have no detections
             self._counts[k][hit] = np.asarray(got[f"c{i}"], dtype=np.int32)

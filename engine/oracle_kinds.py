@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from vidql.errors import OracleError
-from vidql.detections import detections_frame
+from vidql.detections import DETECTION_COLUMNS, detections_frame
 from .oracle_api import Oracle, file_digest
 from vidql.ranges import BATCH_SIZE, Bounds
 
@@ -31,14 +31,34 @@ class LabelsOracle(Oracle):
 
         cost_ms = None if cost_ms is None else COST_MS.check("LABELS option cost_ms", cost_ms)
         batch_size = BATCH_SIZE.check("option batch_size", batch_size)
-        self.table = read_labels(path)
-        self._by_frame = self.table.groupby("frame").indices
+        table = read_labels(path)
+        self.clips = sorted(set(table["clip"])) if "clip" in table.columns else None
+        keys = ["clip", "frame"] if self.clips is not None else "frame"
+        self._rows = table.groupby(keys).indices
+        self.table = table[DETECTION_COLUMNS]
         self.name, self.batch_size, self.simulated_cost_ms = name, batch_size, cost_ms
         self.identity = f"labels:{name}:{file_digest(path)}"
         self.sources = (Path(path),)
 
     def detect(self, frames, frame_ids: np.ndarray) -> pd.DataFrame:
-        rows = [self._by_frame[f] for f in frame_ids.tolist() if f in self._by_frame]
+        return self.detect_in_clip(frames, frame_ids, None)
+
+    def detect_in_clip(self, frames, frame_ids: np.ndarray, clip: str | None) -> pd.DataFrame:
+        """Rows of (clip, frame) when the file has a clip column, else of frame; a file
+        without one cannot tell the clips of a collection apart, nor one with several clips
+        which clip a single-file video is."""
+        if self.clips is None and clip is not None:
+            raise OracleError(f"label file of oracle {self.name!r} has no 'clip' column, so it "
+                              f"cannot label clip {clip!r} of a collection: add a clip column "
+                              f"naming each row's clip")
+        if self.clips is not None and clip is None:
+            if len(self.clips) != 1:
+                raise OracleError(f"label file of oracle {self.name!r} holds {len(self.clips)} "
+                                  f"clips; it labels a collection with those clips, not a "
+                                  f"single-file video")
+            clip = self.clips[0]
+        keys = frame_ids.tolist() if self.clips is None else [(clip, f) for f in frame_ids.tolist()]
+        rows = [self._rows[k] for k in keys if k in self._rows]
         if not rows:
             return detections_frame([])
         return self.table.iloc[np.concatenate(rows)].reset_index(drop=True)

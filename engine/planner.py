@@ -60,15 +60,17 @@ class Binding:
         self.labelled_before = self.cache.labelled_frames
 
     def _population(self, db, q: Query) -> np.ndarray:
-        sql = f"SELECT frame FROM main.{quote_name(self.video)}"
+        """Global positions (engine/clips.py) of the frames the query's restriction keeps
+        (on clip, frame, ts, start_ts), ascending."""
+        sql = f"SELECT clip, frame FROM main.{quote_name(self.video)}"
         if q.restriction:
             sql += f" WHERE {q.restriction}"
         try:
-            frames = db.catalog.con.execute(sql + " ORDER BY frame").fetchnumpy()["frame"]
+            got = db.catalog.con.execute(sql).fetchnumpy()
         except duckdb.Error as exc:
             raise QueryError(f"cannot apply the frame restriction {q.restriction!r}: {exc}",
                              q.text, max(q.text.find(q.restriction or ""), 0)) from None
-        return np.asarray(frames, dtype=np.int64)
+        return np.sort(self.cache.clip_map.positions(got["clip"], got["frame"]))
 
     def proxy(self, expr: FrameExpr | None) -> np.ndarray | None:
         """Proxy scores of a frame statistic over the population (None without an index)."""
@@ -101,10 +103,17 @@ class Binding:
             self.frames(positions[:now + 2 * batch]), now)
         return fn
 
-    def timestamps(self, frames: np.ndarray) -> np.ndarray:
-        ts = self.db.catalog.con.execute(f"SELECT ts FROM main.{quote_name(self.video)} ORDER BY frame"
-                                 ).fetchnumpy()["ts"]
-        return np.asarray(ts)[frames]
+    def frame_rows(self, positions: np.ndarray) -> pd.DataFrame:
+        """(clip, frame, ts) of global positions, for result rows."""
+        clip_map = self.cache.clip_map
+        got = self.db.catalog.con.execute(
+            f"SELECT c.first_frame + v.frame AS position, v.ts FROM main.{quote_name(self.video)} v"
+            f" JOIN vidql.clips c ON c.video = ? AND c.clip = v.clip", [self.video]).fetchnumpy()
+        ts = np.full(clip_map.n_frames, np.nan)
+        ts[np.asarray(got["position"], dtype=np.int64)] = got["ts"]
+        ordinal, frame = clip_map.split(positions)
+        return pd.DataFrame({"clip": np.asarray(clip_map.names, dtype=object)[ordinal],
+                             "frame": frame, "ts": ts[positions]})
 
     def report(self, operator: str, seed: int | None = None) -> Report:
         """A report naming this query's video, oracle and index (or why it has none)."""
@@ -367,8 +376,10 @@ def _run_selection(b: Binding, q: Query, seed: int, report: Report) -> pd.DataFr
     if q.kind == "limit":
         ranking = proxy if proxy is not None else np.zeros(b.n)
         # batches never exceed the hits still needed, so at most LIMIT - 1 extra calls
-        result = queries.limit_query(ranking, is_true, k=q.limit, gap=c.gap or 0, seed=seed,
-                                     max_calls=c.budget, batch=b.cache.oracle.batch_size)
+        result = queries.limit_query(
+            ranking, is_true, k=q.limit, gap=c.gap or 0, seed=seed, max_calls=c.budget,
+            batch=b.cache.oracle.batch_size,
+            coordinates=b.cache.clip_map.gap_coordinates(b.population, c.gap or 0))
         report.guarantee = f"up to {q.limit} oracle-confirmed frames, ≥ {c.gap or 0} frames apart"
     elif q.kind in ("select_recall", "select_precision"):
         conf = query_confidence(q)
@@ -394,5 +405,4 @@ def _run_selection(b: Binding, q: Query, seed: int, report: Report) -> pd.DataFr
     frames = b.population[positions]
     # EZMODE returns only oracle-confirmed positives; selections say which they confirmed
     verified = getattr(result, "verified", np.ones(len(positions), dtype=bool))
-    return pd.DataFrame({"frame": frames, "ts": b.timestamps(frames),
-                         "verified": np.asarray(verified, dtype=bool)})
+    return b.frame_rows(frames).assign(verified=np.asarray(verified, dtype=bool))

@@ -54,6 +54,7 @@ class VideoInfo:
     pts_unique: bool
     header_frame_count: int
     counted_by: str  # "packets" or "decoding"
+    creation_time: str | None = None  # the container's creation time (ISO 8601), if it has one
 
     def gop_of(self, frame: int) -> int:
         """Position in `keyframes` of the last keyframe at or before `frame`."""
@@ -103,7 +104,8 @@ def probe_video(path: str | os.PathLike) -> VideoInfo:
         else:
             pts, keyframe_pts = _decode_layout(path, packets)
             counted_by = "decoding"
-        return _build_info(path, stream, codec, pts, keyframe_pts, counted_by)
+        created = container.metadata.get("creation_time") or stream.metadata.get("creation_time")
+        return _build_info(path, stream, codec, pts, keyframe_pts, counted_by, created)
 
 
 def ffmpeg_reason(exc: BaseException) -> str:
@@ -187,7 +189,8 @@ def _decode_layout(path: Path, packets) -> tuple[list[int | None], set[int]]:
     return pts, keyframe_pts
 
 
-def _build_info(path: Path, stream, codec: str, pts, keyframe_pts, counted_by: str) -> VideoInfo:
+def _build_info(path: Path, stream, codec: str, pts, keyframe_pts, counted_by: str,
+                created: str | None) -> VideoInfo:
     n = len(pts)
     pts_unique = None not in pts and len(set(pts)) == n
     keyframes = [i for i, t in enumerate(pts) if t in keyframe_pts] if pts_unique else []
@@ -202,6 +205,7 @@ def _build_info(path: Path, stream, codec: str, pts, keyframe_pts, counted_by: s
         fps=fps, frame_count=n, duration=n / fps if fps > 0 else 0.0, time_base=Fraction(time_base),
         keyframes=tuple(keyframes), keyframe_seek_ts=tuple(seek_ts), pts=tuple(pts),
         pts_unique=pts_unique, header_frame_count=int(stream.frames or 0), counted_by=counted_by,
+        creation_time=created or None,
     )
 
 

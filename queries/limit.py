@@ -6,6 +6,7 @@ from typing import Callable
 
 import numpy as np
 
+from vidql.errors import ParameterError
 from vidql.ranges import GAP, LIMIT_ROWS, MIN_LIMIT_CALLS
 
 from .oracle_calls import DistinctOracle, as_flags
@@ -21,7 +22,7 @@ def proxy_order(proxy: np.ndarray, rng: np.random.Generator) -> np.ndarray:
 
 def limit_query(proxy: np.ndarray, predicate: Callable[[np.ndarray], np.ndarray], *, k: int,
                 gap: int = 0, seed=0, max_calls: int | None = None,
-                batch: int = 1) -> SelectionResult:
+                batch: int = 1, coordinates: np.ndarray | None = None) -> SelectionResult:
     """Find up to k frames where `predicate` holds, pairwise at least `gap` frames apart.
 
     Frames are labelled in decreasing proxy order. After a hit at frame f, frames with
@@ -29,6 +30,9 @@ def limit_query(proxy: np.ndarray, predicate: Callable[[np.ndarray], np.ndarray]
     labelled at once, never more than the hits still needed, and never two frames of one
     batch closer than gap (a hit among them would have suppressed the other). Stops at k
     hits, after `max_calls` oracle calls, or when no frame is left.
+
+    `coordinates` (ascending, one per frame; default the frame's position) are where GAP
+    measures distance: a collection spreads its clips apart so GAP applies within a clip.
     """
     proxy = check_scores("proxy", proxy)
     n = proxy.size
@@ -36,6 +40,9 @@ def limit_query(proxy: np.ndarray, predicate: Callable[[np.ndarray], np.ndarray]
     gap = GAP.check("gap", gap)
     batch = check_int("batch", batch, 1)
     max_calls = n if max_calls is None else check_int("max_calls", max_calls, MIN_LIMIT_CALLS)
+    coords = np.arange(n) if coordinates is None else np.asarray(coordinates, dtype=np.int64)
+    if coords.shape != (n,) or np.any(np.diff(coords) <= 0):
+        raise ParameterError("coordinates must be ascending, one per frame")
     rng = make_rng(seed)
     order = proxy_order(proxy, rng)
     oracle = DistinctOracle(predicate, n)
@@ -52,7 +59,7 @@ def limit_query(proxy: np.ndarray, predicate: Callable[[np.ndarray], np.ndarray]
         while scan < n and len(chosen) < size:
             frame = int(order[scan])
             if not blocked[frame]:
-                if any(abs(frame - c) < gap for c in chosen):
+                if any(abs(coords[frame] - coords[c]) < gap for c in chosen):
                     first_deferred = scan if first_deferred is None else first_deferred
                 else:
                     chosen.append(frame)
@@ -68,7 +75,9 @@ def limit_query(proxy: np.ndarray, predicate: Callable[[np.ndarray], np.ndarray]
         for frame, hit in zip(chosen, labels, strict=True):
             if hit:  # frames of one batch are >= gap apart, so hits never conflict
                 hits.append(frame)
-                blocked[max(frame - reach, 0):frame + reach + 1] = True
+                lo = np.searchsorted(coords, coords[frame] - reach, side="left")
+                hi = np.searchsorted(coords, coords[frame] + reach, side="right")
+                blocked[lo:hi] = True
     frames = np.array(sorted(hits), dtype=np.int64)
     details = {"k": k, "gap": gap, "found": len(hits), "hits_in_call_order": hits,
                "exhausted": exhausted or (len(hits) < k and not (~blocked).any()),

@@ -212,8 +212,9 @@ def test_catalog_of_old_fingerprints_still_opens(tmp_path):
     with vidql.connect(tmp_path / "v.db", progress=False) as db:
         db.sql(f"LOAD VIDEO '{mine}' AS v; CREATE ORACLE gt FROM LABELS '{labels}'")
         head = hashlib.sha256(mine.read_bytes()[:1 << 20]).hexdigest()[:16]
-        db.con.execute("UPDATE vidql.videos SET fingerprint = ?",  # size:mtime:head, as before
-                       [f"{mine.stat().st_size}:12345:{head}"])
+        for table in ("videos", "clips"):  # size:mtime:head, as before
+            db.con.execute(f"UPDATE vidql.{table} SET fingerprint = ?",
+                           [f"{mine.stat().st_size}:12345:{head}"])
     with vidql.connect(tmp_path / "v.db", progress=False) as db:
         assert _scalar(db, "SELECT count(*) FROM v WHERE contains('car')") == 252
     mine.write_bytes(clip.read_bytes()[:-10])

@@ -104,7 +104,7 @@ def test_frame_recorded_meanwhile_is_skipped(small_traffic, tmp_path):
         db.sql(f"LOAD VIDEO '{video}' AS t; CREATE ORACLE truth FROM LABELS '{labels}'; "
                "SET ORACLE t = truth")
         cache = db.labels("t")
-        db.con.execute("INSERT INTO vidql.labelled VALUES ('t', ?, 7, 99)",
+        db.con.execute("INSERT INTO vidql.labelled SELECT 't', ?, clip, 7, 99 FROM vidql.clips",
                        [cache.oracle.identity])
         cache.ensure(np.arange(5, 15))
         assert cache.stats.oracle_calls == 10

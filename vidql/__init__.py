@@ -8,9 +8,9 @@ from vidql.errors import (CatalogError, OracleError, ParameterError, QueryError,
                           VidqlError)
 
 _LAZY = {"connect": "vidql.database", "Database": "vidql.database", "objects": "vidql.api",
-         "contains": "vidql.api", "IndexMismatchError": "vidql.indexes.tasti"}
+         "contains": "vidql.api", "clip_in": "vidql.api", "IndexMismatchError": "vidql.indexes.tasti"}
 
-__all__ = ["connect", "Database", "objects", "contains", "VidqlError", "VideoError", "QueryError",
+__all__ = ["connect", "Database", "objects", "contains", "clip_in", "VidqlError", "VideoError", "QueryError",
            "CatalogError", "OracleError", "ParameterError", "IndexMismatchError"]
 
 

@@ -105,6 +105,13 @@ def contains(label: str, min_score: float | None = None) -> Expr:
     return _call("contains", label, min_score)
 
 
+def clip_in(*clips: str) -> Expr:
+    """Restrict a collection to some of its clips: `clip IN ('a', 'b')`."""
+    if not clips or not all(isinstance(c, str) for c in clips):
+        raise ParameterError("clip_in() takes one or more clip names, e.g. clip_in('cam3_0800')")
+    return Expr(f"clip IN ({', '.join(sql_literal(c) for c in clips)})")
+
+
 def _optional(clause: str, name: str, value) -> str:
     """`CLAUSE n` for an integer argument given, nothing for None (the SQL default)."""
     return "" if value is None else f"{clause} {_integer(name, value)}"
@@ -124,6 +131,7 @@ class VideoQuery:
     oracle: str | None = None
     index: str | None = None
     seed: int | None = None
+    group: str | None = None
 
     def where(self, condition: Expr | str) -> "VideoQuery":
         """Add a frame predicate or a frame/ts restriction (ANDed with earlier ones)."""
@@ -131,6 +139,14 @@ class VideoQuery:
             raise ParameterError(f"where() takes an expression such as objects('car') >= 3 or "
                                  f"SQL text, not {condition!r}")
         return replace(self, predicates=self.predicates + (str(condition),))
+
+    def group_by(self, key: Expr | str) -> "VideoQuery":
+        """Group an approximate aggregate: by `clip`, or any expression of the table's
+        columns (e.g. "hour(start_ts + to_seconds(ts))"); every group's interval holds at
+        once."""
+        if not isinstance(key, (Expr, str)) or not str(key).strip():
+            raise ParameterError(f"group_by() takes a column or expression, not {key!r}")
+        return replace(self, group=str(key))
 
     def using(self, *, oracle: str | None = None, index: str | None = None,
               seed: int | None = None) -> "VideoQuery":
@@ -169,8 +185,10 @@ class VideoQuery:
         arg = "*" if statistic is None else str(statistic)
         select = f"{func.upper()}({arg})"
         group = ""
+        group_by = self.group if group_by is None else str(group_by)
         if group_by is not None:
-            select = f"{group_by} AS grp, {select}"
+            named = group_by if group_by.isidentifier() else f"{group_by} AS grp"
+            select = f"{named}, {select}"
             group = f" GROUP BY {group_by}"
         clauses = []
         if error is not None:
@@ -192,7 +210,7 @@ class VideoQuery:
 
     def _limit_sql(self, n, gap=None, budget=None) -> str:
         tail = self._tail(_optional("GAP", "gap", gap), _optional("ORACLE BUDGET", "budget", budget))
-        return f"SELECT frame, ts FROM {self.video}{self._where()} LIMIT {_integer('n', n)} {tail}"
+        return f"SELECT clip, frame, ts FROM {self.video}{self._where()} LIMIT {_integer('n', n)} {tail}"
 
     def limit(self, n: int, *, gap: int | None = None, budget: int | None = None):
         """Up to `n` oracle-confirmed frames matching the predicate, `gap` frames apart."""
@@ -211,7 +229,7 @@ class VideoQuery:
             _optional("ORACLE BUDGET", "budget", budget)
         tail = self._tail(target, _confidence(confidence), spend,
                           "APPROXIMATE" if approximate else "")
-        return f"SELECT frame, ts FROM {self.video}{self._where()} {tail}"
+        return f"SELECT clip, frame, ts FROM {self.video}{self._where()} {tail}"
 
     def select(self, *, recall: float | None = None, precision: float | None = None,
                confidence: float | None = None, budget: int | None = None,
@@ -224,14 +242,14 @@ class VideoQuery:
 
     def _rare_sql(self, budget=None) -> str:
         tail = self._tail("FIND RARE", _optional("ORACLE BUDGET", "budget", budget))
-        return f"SELECT frame, ts FROM {self.video}{self._where()} {tail}"
+        return f"SELECT clip, frame, ts FROM {self.video}{self._where()} {tail}"
 
     def find_rare(self, *, budget: int | None = None):
         """As many distinct frames matching a rare predicate as `budget` labels find."""
         return self._run(self._rare_sql(budget))
 
     def _exact_sql(self, *columns) -> str:
-        cols = ", ".join(str(c) for c in columns) or "frame, ts"
+        cols = ", ".join(str(c) for c in columns) or "clip, frame, ts"
         return f"SELECT {cols} FROM {self.video}{self._where()} {self._tail()}".rstrip()
 
     def exact(self, *columns: Expr | str):

@@ -10,7 +10,7 @@ import pandas as pd
 
 from vidql.engine.catalog import Catalog
 from vidql.engine.indexstore import IndexStore
-from vidql.errors import CatalogError, VidqlError
+from vidql.errors import CatalogError, ParameterError, VidqlError
 from vidql.engine.labelcache import LabelCache
 
 
@@ -90,21 +90,30 @@ class Database:
         return self.catalog.artifacts
 
     # ---- catalog ------------------------------------------------------------------
-    def load_video(self, path: str | Path, name: str | None = None, *,
-                   rendition: int | None = None) -> dict:
-        """Probe a video, index its keyframes and register table `name(frame, ts)`."""
-        name = name or Path(path).stem.replace("-", "_").replace(".", "_")
-        return self.catalog.add_video(path, name, rendition=rendition)
+    def load_video(self, path, name: str | None = None, *, rendition: int | None = None,
+                   skip_bad: bool = False, into: bool = False) -> dict:
+        """Probe video files and register table `name(clip, frame, ts, start_ts)`: `path` is
+        a file, a glob ('clips/*.mp4'), a folder or a list of files (one clip each); `into`
+        appends them as clips of the existing video `name` (and extends its indexes).
+        A file that cannot be read fails the load unless `skip_bad`. Returns the video's
+        row with `skipped`: the (path, reason) of files left out."""
+        if name is None:
+            if not isinstance(path, (str, Path)) or any(ch in str(path) for ch in "*?["):
+                raise ParameterError("name the video: load_video(paths, 'name')")
+            name = Path(path).stem.replace("-", "_").replace(".", "_")
+        row, skipped = self.catalog.add_video(path, name, rendition=rendition,
+                                              skip_bad=skip_bad, into=into)
+        return {**row, "skipped": skipped}
 
     def drop_video(self, name: str) -> None:
         """Drop a video with its labels and indexes."""
         self.indexes.drop_for_video(self.catalog.video_row(name)["name"])
         self.catalog.drop_video(name)
 
-    def set_video_path(self, name: str, path: str | Path) -> dict:
-        """ALTER VIDEO name SET PATH: point a video at its moved or copied file (same content);
-        labels and indexes stay. A file with other content raises VideoError."""
-        return self.catalog.set_video_path(name, path)
+    def set_video_path(self, name: str, path: str | Path, clip: str | None = None) -> dict:
+        """ALTER VIDEO name SET PATH: point a video (or its clip `clip`) at its moved or
+        copied file (same content); labels and indexes stay. Other content raises VideoError."""
+        return self.catalog.set_video_path(name, path, clip)
 
     def videos(self) -> pd.DataFrame:
         return self.catalog.videos()

@@ -1,0 +1,186 @@
+"""Clips of a collection: which files a LOAD VIDEO names, what the clips are called, and
+how a collection's global frame positions map to (clip, frame).
+
+A collection's frames are numbered by one global position: clip after clip, in the order
+they were loaded (`first_frame` of a clip + its frame number). Clips are only appended, so
+positions never change; the label cache, the index and the operators all use them.
+"""
+from __future__ import annotations
+
+import glob
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from vidql.errors import VideoError
+
+VIDEO_SUFFIXES = (".mp4", ".avi", ".mkv", ".mov", ".webm", ".m4v", ".mpg", ".mpeg", ".ts",
+                  ".y4m", ".h264", ".hevc")
+GLOB_CHARS = re.compile(r"[*?\[]")
+
+
+def video_paths(source) -> list[Path]:
+    """The files a LOAD VIDEO source names, in a stable order: a glob pattern (sorted
+    matches), a folder (its video files, sorted), a list of paths (as given) or one file.
+    Missing files are kept (probing reports them); a pattern or folder matching nothing is
+    a VideoError."""
+    if isinstance(source, (list, tuple)):
+        return [Path(p).expanduser().resolve() for p in source]
+    text = str(source)
+    if GLOB_CHARS.search(text):
+        found = sorted(Path(p).resolve() for p in glob.glob(str(Path(text).expanduser()),
+                                                            recursive=True) if Path(p).is_file())
+        if not found:
+            raise VideoError(text, "the pattern matches no file")
+        return found
+    path = Path(text).expanduser().resolve()
+    if path.is_dir():
+        found = sorted(p for p in path.iterdir() if p.is_file()
+                       and p.suffix.lower() in VIDEO_SUFFIXES)
+        if not found:
+            raise VideoError(path, f"the folder holds no video file ({', '.join(VIDEO_SUFFIXES)})")
+        return found
+    return [path]
+
+
+def clip_names(paths: list[Path], taken: set[str] = frozenset()) -> list[str]:
+    """A name per file, unique within the collection: the file name without its suffix
+    (`cam3_0800.mp4` -> `cam3_0800`), with `_2`, `_3`... when two files share it."""
+    used = {t.lower() for t in taken}
+    names = []
+    for path in paths:
+        base = path.stem or path.name
+        name, k = base, 2
+        while name.lower() in used:
+            name, k = f"{base}_{k}", k + 1
+        used.add(name.lower())
+        names.append(name)
+    return names
+
+
+def creation_timestamp(text: str | None) -> pd.Timestamp | None:
+    """A container's creation time as a naive UTC timestamp (None when absent or unreadable;
+    encoders write 1970-01-01 or 1904-01-01 for 'unknown', which count as absent)."""
+    if not text:
+        return None
+    try:
+        ts = pd.Timestamp(text)
+    except (ValueError, TypeError):
+        return None
+    if ts.tzinfo is not None:
+        ts = ts.tz_convert("UTC").tz_localize(None)
+    return None if ts.year <= 1970 else ts
+
+
+@dataclass(frozen=True)
+class ClipMap:
+    """The clips of a collection in load order: name, first global position, frame count."""
+
+    names: tuple[str, ...]
+    first: np.ndarray  # int64, ascending
+    counts: np.ndarray  # int64
+
+    @classmethod
+    def of(cls, clips: pd.DataFrame) -> "ClipMap":
+        """From a catalog clip table (columns clip, first_frame, frame_count; any order)."""
+        clips = clips.sort_values("first_frame")
+        return cls(tuple(clips["clip"]), clips["first_frame"].to_numpy(np.int64),
+                   clips["frame_count"].to_numpy(np.int64))
+
+    @property
+    def n_frames(self) -> int:
+        return int(self.first[-1] + self.counts[-1]) if len(self.first) else 0
+
+    def ordinals(self, positions: np.ndarray) -> np.ndarray:
+        """The clip (its place in load order) of each global position."""
+        return np.searchsorted(self.first, positions, side="right") - 1
+
+    def split(self, positions) -> tuple[np.ndarray, np.ndarray]:
+        """Global positions -> (clip ordinal, frame within the clip)."""
+        positions = np.asarray(positions, dtype=np.int64)
+        ordinal = self.ordinals(positions)
+        return ordinal, positions - self.first[ordinal]
+
+    def positions(self, clips, frames) -> np.ndarray:
+        """(clip names, frames within them) -> global positions."""
+        lookup = {name: i for i, name in enumerate(self.names)}
+        ordinal = np.fromiter((lookup[c] for c in clips), dtype=np.int64, count=len(clips))
+        return self.first[ordinal] + np.asarray(frames, dtype=np.int64)
+
+    def pieces(self, positions):
+        """Yield (clip ordinal, frames within the clip, global positions) for ascending
+        global `positions`, one piece per clip they touch."""
+        positions = np.asarray(positions, dtype=np.int64)
+        ordinal = self.ordinals(positions)
+        cuts = np.flatnonzero(np.diff(ordinal)) + 1
+        for part in np.split(np.arange(len(positions)), cuts):
+            if len(part):
+                o = int(ordinal[part[0]])
+                yield o, positions[part] - self.first[o], positions[part]
+
+    def gap_coordinates(self, positions: np.ndarray, gap: int) -> np.ndarray:
+        """Coordinates in which frames of different clips are always more than `gap` apart
+        and frames of one clip keep their distance (LIMIT ... GAP applies within a clip)."""
+        ordinal, frames = self.split(positions)
+        spread = int(self.counts.max(initial=0)) + int(gap) + 1
+        return ordinal * spread + frames
+
+
+class CollectionSource:
+    """Low-resolution frames of a collection for embedders and proxies (the frame-source
+    interface of vidql.indexes: n_frames, read, iter_batches, proxy_size), numbered by global
+    position. Each clip is read from its rendition when it has one, else from its file,
+    and every clip is resized to the one size asked for."""
+
+    DEFAULT_SHORT_SIDE = 36
+
+    def __init__(self, clip_map: ClipMap, infos: list, renditions: list):
+        self.clip_map = clip_map
+        self.infos = infos  # VideoInfo of each clip, in load order
+        self.renditions = renditions  # a Rendition or None per clip
+        self.n_frames = clip_map.n_frames
+
+    def proxy_size(self, short_side: int | None = None) -> tuple[int, int]:
+        """(width, height) with the given short side and the first clip's aspect ratio
+        (even sizes)."""
+        s = short_side or self.DEFAULT_SHORT_SIDE
+        w, h = self.infos[0].width, self.infos[0].height
+        scale = s / min(w, h)
+        return max(2, round(w * scale / 2) * 2), max(2, round(h * scale / 2) * 2)
+
+    def _source(self, ordinal: int):
+        return self.renditions[ordinal] or self.infos[ordinal]
+
+    def read(self, frames, size=None) -> np.ndarray:
+        from vidql.preprocess.frames import FrameReader
+
+        unique, inverse = np.unique(np.asarray(frames, dtype=np.int64), return_inverse=True)
+        parts = []
+        for o, local, _ in self.clip_map.pieces(unique):
+            rendition = self.renditions[o]
+            reader = rendition.open() if rendition else FrameReader(self.infos[o].path,
+                                                                     self.infos[o])
+            with reader:
+                parts.append(reader.read(local, size=size))
+        if not parts:
+            w, h = size or (self.infos[0].width, self.infos[0].height)
+            return np.empty((0, h, w, 3), dtype=np.uint8)
+        return np.concatenate(parts)[inverse]
+
+    def iter_batches(self, batch_size: int, start: int = 0, stop: int | None = None, size=None):
+        """(global positions, uint8 N×H×W×3) batches of [start, stop) in order; a batch
+        never spans two clips."""
+        from contextlib import closing
+
+        from vidql.preprocess import frame_batches
+
+        stop = self.n_frames if stop is None else stop
+        for o, local, _ in self.clip_map.pieces(np.arange(start, stop, dtype=np.int64)):
+            whole = len(local) == self.infos[o].frame_count
+            with closing(frame_batches(self._source(o), size=size, batch_size=batch_size,
+                                       frames=None if whole else local)) as batches:
+                for ids, batch in batches:
+                    yield np.asarray(ids, dtype=np.int64) + self.clip_map.first[o], batch

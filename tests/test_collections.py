@@ -1,0 +1,189 @@
+"""Collections: one video table over many clips (LOAD VIDEO glob / list / INTO, SHOW CLIPS,
+ALTER VIDEO SET START), labels keyed by clip, exact and approximate queries across clips."""
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import vidql
+from vidql.datasets import ensure_traffic, read_labels, write_labels
+
+SEEDS = (1, 2, 3)
+FRAMES = 240
+
+
+@pytest.fixture(scope="module")
+def clips(tmp_path_factory):
+    """Three synthetic traffic clips in one folder, and a labels file for all of them with
+    a `clip` column (the clip names LOAD VIDEO gives: the file names without suffix)."""
+    folder = tmp_path_factory.mktemp("cams")
+    cache = tmp_path_factory.mktemp("cache")
+    tables = []
+    for k, seed in enumerate(SEEDS):
+        video, labels = ensure_traffic(cache, FRAMES, seed=seed, width=160, height=90)
+        shutil.copy(video, folder / f"cam{k}.mp4")
+        tables.append(read_labels(labels).assign(clip=f"cam{k}"))
+    truth = pd.concat(tables, ignore_index=True)
+    write_labels(truth, folder.parent / "cams.labels.parquet")
+    return folder, folder.parent / "cams.labels.parquet", truth
+
+
+def _car_counts(truth: pd.DataFrame, clip: str) -> np.ndarray:
+    rows = truth[(truth["clip"] == clip) & (truth["label"] == "car")]
+    return np.bincount(rows["frame"].to_numpy(), minlength=FRAMES)
+
+
+@pytest.fixture()
+def cams(clips):
+    folder, labels, _ = clips
+    with vidql.connect(progress=False) as db:
+        db.sql(f"LOAD VIDEO '{folder}/*.mp4' AS cams; CREATE ORACLE truth FROM LABELS "
+               f"'{labels}'; SET ORACLE cams = truth")
+        yield db
+
+
+def test_glob_loads_one_table_over_every_clip(cams):
+    videos = cams.sql("SHOW VIDEOS").df()
+    assert videos[["name", "clips", "frame_count"]].values.tolist() == [["cams", 3, 3 * FRAMES]]
+    shown = cams.sql("SHOW CLIPS cams").df()
+    assert shown["clip"].tolist() == ["cam0", "cam1", "cam2"]
+    assert shown["first_frame"].tolist() == [0, FRAMES, 2 * FRAMES]
+    table = cams.sql("SELECT clip, min(frame) AS lo, max(frame) AS hi, count(*) AS n "
+                     "FROM cams GROUP BY clip ORDER BY clip").df()
+    assert table[["lo", "hi", "n"]].values.tolist() == [[0, FRAMES - 1, FRAMES]] * 3
+    assert list(cams.sql("SELECT * FROM cams LIMIT 1").df().columns) == [
+        "clip", "frame", "ts", "start_ts"]
+
+
+def test_exact_query_and_objects_are_per_clip(cams, clips):
+    _, _, truth = clips
+    got = cams.sql("SELECT clip, sum(objects('car')) AS cars FROM cams GROUP BY clip "
+                   "ORDER BY clip").df()
+    want = [int(_car_counts(truth, c).sum()) for c in ("cam0", "cam1", "cam2")]
+    assert got["cars"].astype(int).tolist() == want
+    assert len(set(want)) > 1  # the clips differ, so a mix-up would show
+    objects = cams.sql("SELECT clip, count(*) AS n FROM cams.objects WHERE label = 'car' "
+                       "GROUP BY clip ORDER BY clip").df()
+    assert objects["n"].tolist() == want
+    # one frame of one clip, addressed by (clip, frame)
+    one = cams.sql("SELECT objects('car') AS c FROM cams WHERE clip = 'cam1' AND frame = 7").df()
+    assert int(one["c"].iloc[0]) == int(_car_counts(truth, "cam1")[7])
+
+
+def test_labels_without_clip_column_refuse_a_collection(clips, tmp_path):
+    folder, _, truth = clips
+    flat = tmp_path / "flat.labels.parquet"
+    write_labels(truth.drop(columns="clip"), flat)
+    with vidql.connect(progress=False) as db:
+        db.sql(f"LOAD VIDEO '{folder}/*.mp4' AS cams; CREATE ORACLE flat FROM LABELS '{flat}'")
+        with pytest.raises(vidql.OracleError, match="no 'clip' column"):
+            db.sql("SELECT sum(objects('car')) FROM cams USING ORACLE flat")
+
+
+def test_approximate_aggregate_over_all_clips_and_a_restriction(cams, clips):
+    _, _, truth = clips
+    two = np.concatenate([_car_counts(truth, c) for c in ("cam0", "cam2")])
+    r = cams.sql("SELECT AVG(objects('car')) FROM cams WHERE clip IN ('cam0', 'cam2') "
+                 "ERROR WITHIN 0.5 SEED 3").df()
+    assert r["ci_low"].iloc[0] <= two.mean() <= r["ci_high"].iloc[0]
+    labelled = cams.sql("SELECT DISTINCT clip FROM vidql.labelled").df()["clip"]
+    assert set(labelled) == {"cam0", "cam2"}  # nothing outside the restriction
+    every = np.concatenate([_car_counts(truth, c) for c in ("cam0", "cam1", "cam2")])
+    r = cams.sql("SELECT AVG(objects('car')) FROM cams ERROR WITHIN 0.5 SEED 3").df()
+    assert r["ci_low"].iloc[0] <= every.mean() <= r["ci_high"].iloc[0]
+    assert r["oracle_calls"].iloc[0] < len(every)
+
+
+def test_selections_carry_the_clip_and_gap_applies_within_a_clip(cams, clips):
+    _, _, truth = clips
+    r = cams.sql("SELECT clip, frame, ts FROM cams WHERE objects('car') >= 1 LIMIT 12 GAP 100 "
+                 "SEED 1").df()
+    assert list(r.columns[:3]) == ["clip", "frame", "ts"]
+    for clip, frames in r.groupby("clip")["frame"]:
+        assert (_car_counts(truth, clip)[frames.to_numpy()] >= 1).all()
+        assert (np.diff(np.sort(frames.to_numpy())) >= 100).all()
+    assert r["clip"].nunique() == 3
+
+
+def test_limit_gap_coordinates_keep_clips_apart():
+    from vidql.engine.clips import ClipMap
+    from vidql.queries import limit_query
+
+    clip_map = ClipMap(("a", "b"), np.array([0, 5]), np.array([5, 5]))
+    positions = np.arange(10)
+    coords = clip_map.gap_coordinates(positions, 3)
+    truth = np.zeros(10, dtype=bool)
+    truth[[4, 5]] = True  # last frame of a, first of b: 1 apart globally, not in a clip
+    proxy = truth.astype(float)
+    r = limit_query(proxy, lambda f: truth[f], k=2, gap=3, coordinates=coords)
+    assert sorted(r.frames.tolist()) == [4, 5]
+    r = limit_query(proxy, lambda f: truth[f], k=2, gap=3)  # one clip: they suppress each other
+    assert len(r.frames) == 1
+
+
+def test_append_into_keeps_labels_and_adds_the_clip(clips, tmp_path):
+    folder, labels, truth = clips
+    path = tmp_path / "cams.db"
+    with vidql.connect(path, progress=False) as db:
+        db.sql(f"LOAD VIDEO ('{folder}/cam0.mp4', '{folder}/cam1.mp4') AS cams; "
+               f"CREATE ORACLE truth FROM LABELS '{labels}'; SET ORACLE cams = truth")
+        db.sql("SELECT sum(objects('car')) FROM cams")
+        assert db.last_report.oracle_calls == 2 * FRAMES
+    with vidql.connect(path, progress=False) as db:
+        db.sql(f"LOAD VIDEO '{folder}/cam2.mp4' INTO cams")
+        assert db.sql("SHOW CLIPS cams").df()["clip"].tolist() == ["cam0", "cam1", "cam2"]
+        got = db.sql("SELECT clip, sum(objects('car')) AS cars FROM cams GROUP BY clip "
+                     "ORDER BY clip").df()
+        assert db.last_report.oracle_calls == FRAMES  # only the new clip
+        assert got["cars"].astype(int).tolist() == [
+            int(_car_counts(truth, c).sum()) for c in ("cam0", "cam1", "cam2")]
+        with pytest.raises(vidql.VidqlError, match="already"):
+            db.sql(f"LOAD VIDEO '{folder}/cam2.mp4' AS cams")
+
+
+def test_a_bad_file_in_a_glob_fails_the_load_and_changes_nothing(clips, tmp_path):
+    folder, _, _ = clips
+    mixed = tmp_path / "mixed"
+    shutil.copytree(folder, mixed)
+    (mixed / "broken.mp4").write_bytes((mixed / "cam0.mp4").read_bytes()[:3000])
+    (mixed / "notes.mp4").write_text("not a video")
+    with vidql.connect(progress=False) as db:
+        with pytest.raises(vidql.VideoError) as err:
+            db.sql(f"LOAD VIDEO '{mixed}/*.mp4' AS cams")
+        assert "broken.mp4" in str(err.value) and "notes.mp4" in str(err.value)
+        assert db.sql("SHOW VIDEOS").df().empty
+        assert db.sql("SELECT count(*) FROM information_schema.tables WHERE table_name = "
+                      "'cams'").fetchall()[0][0] == 0
+        r = db.sql(f"LOAD VIDEO '{mixed}' AS cams WITH (skip_bad = true)").df()
+        assert r["clips"].iloc[0] == 3
+        assert "broken.mp4" in r["skipped"].iloc[0] and "notes.mp4" in r["skipped"].iloc[0]
+
+
+def test_clip_start_times_give_wall_clock_restrictions_and_groups(cams):
+    assert cams.sql("SELECT count(*) FROM cams WHERE start_ts IS NOT NULL").fetchall()[0][0] == 0
+    cams.sql("ALTER VIDEO cams SET START 'cam1' = TIMESTAMP '2026-11-02 08:00:00'")
+    shown = cams.sql("SHOW CLIPS cams").df().set_index("clip")["start_ts"]
+    assert str(shown["cam1"]) == "2026-11-02 08:00:00" and pd.isna(shown["cam0"])
+    n = cams.sql("SELECT count(*) FROM cams WHERE hour(start_ts + to_seconds(ts)) = 8"
+                 ).fetchall()[0][0]
+    assert n == FRAMES
+    with pytest.raises(vidql.CatalogError, match="no clip 'cam9'"):
+        cams.sql("ALTER VIDEO cams SET START 'cam9' = TIMESTAMP '2026-11-02 08:00:00'")
+
+
+def test_one_index_over_the_collection(cams, clips):
+    _, _, truth = clips
+    cams.sql("CREATE INDEX cams_idx ON cams USING TASTI WITH (embedder = 'pixel', reps = 60, "
+             "seed = 0)")
+    every = np.concatenate([_car_counts(truth, c) for c in ("cam0", "cam1", "cam2")])
+    proxy = cams.proxy("cams", "objects('car')")
+    assert len(proxy) == len(every)
+    assert np.corrcoef(proxy, every)[0, 1] > 0.5
+    r = cams.sql("SELECT AVG(objects('car')) FROM cams ERROR WITHIN 0.5 SEED 4").df()
+    assert r["ci_low"].iloc[0] <= every.mean() <= r["ci_high"].iloc[0]
+    r = cams.sql("SELECT clip, frame FROM cams WHERE objects('car') >= 2 "
+                 "RECALL TARGET 80% ORACLE BUDGET 200 SEED 1").df()
+    assert set(r["clip"]) <= {"cam0", "cam1", "cam2"}
