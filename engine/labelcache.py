@@ -174,15 +174,15 @@ class LabelCache:
         fewer per batch; a killed call keeps its labels, not that estimate)."""
         t1 = time.perf_counter()
         ordinal, local = self.clip_map.split(ids)
-        clip = self.clip_map.names[ordinal[0]] if len(self.clip_map.names) > 1 else None
+        clip = self.clip_map.names[ordinal[0]]
         try:
-            det = check_detections(self.oracle.detect_in_clip(pixels, local, clip), local,
-                                   self.oracle)
+            det = check_detections(self.oracle.detect_in_clip(
+                pixels, local, clip, len(self.clip_map.names) == 1), local, self.oracle)
             det["frame"] += self.clip_map.first[ordinal[0]]  # back to global positions
         except VidqlError:
             raise
         except Exception as exc:
-            where = f" of clip {clip!r}" if clip else ""
+            where = f" of clip {clip!r}" if len(self.clip_map.names) > 1 else ""
             raise OracleError(f"oracle {self.oracle.name!r} failed on frames {local[0]}.."
                               f"{local[-1]}{where} of video {self.video!r}: "
                               f"{type(exc).__name__}: {exc}; "

@@ -50,11 +50,11 @@ class Oracle(ABC):
         """Detections for a batch: frames (N×H×W×3 uint8 RGB, or None when needs_pixels is
         False) with their frame numbers; returns DETECTION_COLUMNS rows, `frame` = frame_ids."""
 
-    def detect_in_clip(self, frames: np.ndarray | None, frame_ids: np.ndarray,
-                       clip: str | None) -> pd.DataFrame:
-        """`detect` for frames of one clip of a collection (`clip` None for a single-file
-        video); frame_ids are numbered within the clip. Oracles that look only at pixels
-        need not care; the LABELS oracle looks the clip up."""
+    def detect_in_clip(self, frames: np.ndarray | None, frame_ids: np.ndarray, clip: str,
+                       only_clip: bool) -> pd.DataFrame:
+        """`detect` for frames of clip `clip` of a collection (`only_clip`: the collection
+        is a single file); frame_ids are numbered within the clip. Oracles that look only
+        at pixels need not care; the LABELS oracle looks the clip up."""
         return self.detect(frames, frame_ids)
 
     def describe(self) -> str:

@@ -41,22 +41,23 @@ class LabelsOracle(Oracle):
         self.sources = (Path(path),)
 
     def detect(self, frames, frame_ids: np.ndarray) -> pd.DataFrame:
-        return self.detect_in_clip(frames, frame_ids, None)
+        if self.clips is not None and len(self.clips) != 1:
+            raise OracleError(f"label file of oracle {self.name!r} holds {len(self.clips)} "
+                              f"clips; name the clip (detect_in_clip)")
+        return self.detect_in_clip(frames, frame_ids, self.clips[0] if self.clips else "", True)
 
-    def detect_in_clip(self, frames, frame_ids: np.ndarray, clip: str | None) -> pd.DataFrame:
-        """Rows of (clip, frame) when the file has a clip column, else of frame; a file
-        without one cannot tell the clips of a collection apart, nor one with several clips
-        which clip a single-file video is."""
-        if self.clips is None and clip is not None:
+    def detect_in_clip(self, frames, frame_ids: np.ndarray, clip: str,
+                       only_clip: bool) -> pd.DataFrame:
+        """Rows of (clip, frame) when the file has a clip column, else of frame: a file
+        without one labels a single-file video, but cannot tell a collection's clips apart."""
+        if self.clips is None and not only_clip:
             raise OracleError(f"label file of oracle {self.name!r} has no 'clip' column, so it "
                               f"cannot label clip {clip!r} of a collection: add a clip column "
                               f"naming each row's clip")
-        if self.clips is not None and clip is None:
-            if len(self.clips) != 1:
-                raise OracleError(f"label file of oracle {self.name!r} holds {len(self.clips)} "
-                                  f"clips; it labels a collection with those clips, not a "
-                                  f"single-file video")
-            clip = self.clips[0]
+        if self.clips is not None and clip not in self.clips:
+            raise OracleError(f"label file of oracle {self.name!r} has no rows for clip {clip!r} "
+                              f"(its clips: {', '.join(self.clips[:10])}); a clip name that "
+                              f"differs would give every frame zero detections")
         keys = frame_ids.tolist() if self.clips is None else [(clip, f) for f in frame_ids.tolist()]
         rows = [self._rows[k] for k in keys if k in self._rows]
         if not rows:

@@ -187,3 +187,78 @@ def test_one_index_over_the_collection(cams, clips):
     r = cams.sql("SELECT clip, frame FROM cams WHERE objects('car') >= 2 "
                  "RECALL TARGET 80% ORACLE BUDGET 200 SEED 1").df()
     assert set(r["clip"]) <= {"cam0", "cam1", "cam2"}
+
+
+def test_catalog_from_before_collections_is_upgraded_and_keeps_its_labels(clips, tmp_path):
+    """A catalog written before collections (table `frame, ts`, labels keyed by frame, no
+    clip table) opens as a collection of one clip, with its labels."""
+    folder, labels, _ = clips
+    path = tmp_path / "old.db"
+    with vidql.connect(path, progress=False) as db:
+        db.sql(f"LOAD VIDEO '{folder}/cam1.mp4' AS v; CREATE ORACLE truth FROM LABELS "
+               f"'{labels}'; SET ORACLE v = truth")
+        cars = db.sql("SELECT sum(objects('car')) FROM v").fetchall()[0][0]
+        con = db.catalog.con
+        for sql in ["DELETE FROM vidql.clips",
+                    "CREATE TABLE main.old AS SELECT frame, ts FROM main.v",
+                    "DROP TABLE main.v", "ALTER TABLE main.old RENAME TO v",
+                    "CREATE TABLE vidql.l2 AS SELECT video, oracle, frame, label, score, x1, y1, "
+                    "x2, y2 FROM vidql.labels", "DROP TABLE vidql.labels",
+                    "ALTER TABLE vidql.l2 RENAME TO labels",
+                    "CREATE TABLE vidql.d2 (video VARCHAR, oracle VARCHAR, frame BIGINT, "
+                    "detections INTEGER, PRIMARY KEY (video, oracle, frame))",
+                    "INSERT INTO vidql.d2 SELECT video, oracle, frame, detections FROM "
+                    "vidql.labelled", "DROP TABLE vidql.labelled",
+                    "ALTER TABLE vidql.d2 RENAME TO labelled",
+                    "CREATE OR REPLACE VIEW v.objects AS SELECT frame, label FROM vidql.labels"]:
+            con.execute(sql)
+    with vidql.connect(path, progress=False) as db:
+        assert db.sql("SHOW CLIPS v").df()["clip"].tolist() == ["cam1"]
+        assert db.sql("SELECT sum(objects('car')) FROM v").fetchall()[0][0] == cars
+        assert db.last_report.oracle_calls == 0
+        assert list(db.sql("SELECT * FROM v LIMIT 1").df().columns) == [
+            "clip", "frame", "ts", "start_ts"]
+        assert db.sql("SELECT count(*) FROM v.objects WHERE clip = 'cam1' AND label = 'car'"
+                      ).fetchall()[0][0] == cars
+
+
+@pytest.mark.slow
+def test_real_clips_as_one_collection_with_one_index(tmp_path):
+    """../shared/data's three real clips (two MP4, one AVI; three sizes) loaded from their
+    folder as one table, a LABELS oracle from their label files with a clip column, one
+    TASTI index over all of them, and an AVG across clips within its error bound."""
+    from tests.conftest import shared_path
+
+    data = shared_path("data")
+    names = ["highway", "indoor_people", "ua_detrac"]
+    truth = pd.concat([read_labels(data / f"{n}.labels.csv").assign(clip=n) for n in names],
+                      ignore_index=True)
+    write_labels(truth, tmp_path / "all.labels.parquet")
+    with vidql.connect(tmp_path / "real.db", progress=False) as db:
+        db.sql(f"LOAD VIDEO '{data}' AS cams; CREATE ORACLE truth FROM LABELS "
+               f"'{tmp_path / 'all.labels.parquet'}'; SET ORACLE cams = truth")
+        clips = db.sql("SHOW CLIPS cams").df()
+        assert clips["clip"].tolist() == names
+        exact = db.sql("SELECT avg(objects('car')) FROM cams").fetchall()[0][0]
+        n = int(clips["frame_count"].sum())
+        per_clip = db.sql("SELECT clip, avg(objects('car')) AS a FROM cams GROUP BY clip "
+                          "ORDER BY clip").df()["a"].tolist()
+        assert per_clip[0] > 2 and per_clip[1] == 0 and per_clip[2] > 8  # the clips differ
+    with vidql.connect(tmp_path / "fresh.db", progress=False) as db:
+        db.sql(f"LOAD VIDEO '{data}' AS cams; CREATE ORACLE truth FROM LABELS "
+               f"'{tmp_path / 'all.labels.parquet'}'; SET ORACLE cams = truth")
+        db.sql("CREATE INDEX cams_idx ON cams USING TASTI WITH (seed = 0)")
+        r = db.sql("SELECT AVG(objects('car')) FROM cams ERROR WITHIN 0.3 SEED 2").df()
+        assert abs(r["estimate"].iloc[0] - exact) <= 0.3
+        assert r["ci_low"].iloc[0] <= exact <= r["ci_high"].iloc[0]
+        assert db.last_report.index == "cams_idx" and r["oracle_calls"].iloc[0] < n
+
+
+def test_labels_of_another_clip_name_are_an_error_not_zeros(clips, tmp_path):
+    folder, labels, _ = clips
+    other = tmp_path / "renamed.mp4"
+    shutil.copy(folder / "cam0.mp4", other)
+    with vidql.connect(progress=False) as db:
+        db.sql(f"LOAD VIDEO '{other}' AS v; CREATE ORACLE truth FROM LABELS '{labels}'")
+        with pytest.raises(vidql.OracleError, match="no rows for clip 'renamed'"):
+            db.sql("SELECT sum(objects('car')) FROM v")
