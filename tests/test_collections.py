@@ -262,3 +262,18 @@ def test_labels_of_another_clip_name_are_an_error_not_zeros(clips, tmp_path):
         db.sql(f"LOAD VIDEO '{other}' AS v; CREATE ORACLE truth FROM LABELS '{labels}'")
         with pytest.raises(vidql.OracleError, match="no rows for clip 'renamed'"):
             db.sql("SELECT sum(objects('car')) FROM v")
+
+
+def test_python_api_loads_a_glob_and_restricts_to_clips(clips):
+    folder, labels, truth = clips
+    with vidql.connect(progress=False) as db:
+        row = db.load_video(f"{folder}/*.mp4", "cams")
+        assert row["frame_count"] == 3 * FRAMES and row["skipped"] == []
+        db.create_oracle("truth", "LABELS", str(labels))
+        db.set_oracle("cams", "truth")
+        q = db.video("cams").where(vidql.clip_in("cam1")).using(seed=2)
+        r = q.aggregate("avg", vidql.objects("car"), error=0.5).df()
+        mean = _car_counts(truth, "cam1").mean()
+        assert r["ci_low"].iloc[0] <= mean <= r["ci_high"].iloc[0]
+        with pytest.raises(vidql.ParameterError, match="name the video"):
+            db.load_video(f"{folder}/*.mp4")
