@@ -277,3 +277,14 @@ def test_python_api_loads_a_glob_and_restricts_to_clips(clips):
         assert r["ci_low"].iloc[0] <= mean <= r["ci_high"].iloc[0]
         with pytest.raises(vidql.ParameterError, match="name the video"):
             db.load_video(f"{folder}/*.mp4")
+
+
+def test_cli_loads_a_glob(clips, tmp_path, capsys):
+    from vidql.cli import main
+
+    folder, _, _ = clips
+    db = str(tmp_path / "c.db")
+    assert main(["load", f"{folder}/*.mp4", "--name", "cams", "--db", db]) == 0
+    assert "cams: 3 clips, 720 frames" in capsys.readouterr().out
+    assert main(["load", f"{folder}/cam0.mp4", "--name", "cams", "--into", "--db", db]) == 0
+    assert "4 clips" in capsys.readouterr().out

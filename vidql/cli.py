@@ -32,9 +32,14 @@ def cmd_load(args) -> int:
     import vidql
 
     with vidql.connect(args.db) as db:
-        row = db.load_video(args.path, args.name, rendition=args.rendition)
-        print(f"loaded {row['name']}: {row['frame_count']} frames, {row['width']}x{row['height']} "
-              f"{row['codec']} at {row['fps']:.3g} fps")
+        row = db.load_video(args.path, args.name, rendition=args.rendition,
+                            skip_bad=args.skip_bad, into=args.into)
+        clips = len(db.catalog.clip_table(row["name"]))
+        print(f"loaded {row['name']}: {clips} clip{'s' if clips > 1 else ''}, "
+              f"{row['frame_count']} frames, {row['width']}x{row['height']} {row['codec']} at "
+              f"{row['fps']:.3g} fps")
+        for path, reason in row["skipped"]:
+            print(f"skipped '{path}': {reason}")
     return 0
 
 
@@ -83,8 +88,11 @@ def build_parser() -> argparse.ArgumentParser:
     d.set_defaults(fn=cmd_demo)
 
     ld = with_db(sub.add_parser("load", help="LOAD VIDEO into a database"), "vidql.db")
-    ld.add_argument("path")
+    ld.add_argument("path", help="a video file, a glob such as 'clips/*.mp4', or a folder")
     ld.add_argument("--name")
+    ld.add_argument("--into", action="store_true", help="append to the existing video --name")
+    ld.add_argument("--skip-bad", action="store_true",
+                    help="load the files that read and report the others")
     ld.add_argument("--rendition", type=int, help="also keep a low-res copy (short side px)")
     ld.set_defaults(fn=cmd_load)
 
