@@ -35,7 +35,7 @@ def cmd_load(args) -> int:
         row = db.load_video(args.path, args.name, rendition=args.rendition,
                             skip_bad=args.skip_bad, into=args.into)
         clips = len(db.catalog.clip_table(row["name"]))
-        print(f"loaded {row['name']}: {clips} clip{'s' if clips > 1 else ''}, "
+        print(f"loaded {row['name']}: {f'{clips} clips, ' if clips > 1 else ''}"
               f"{row['frame_count']} frames, {row['width']}x{row['height']} {row['codec']} at "
               f"{row['fps']:.3g} fps")
         for path, reason in row["skipped"]:
