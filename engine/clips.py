@@ -104,12 +104,6 @@ class ClipMap:
         ordinal = self.ordinals(positions)
         return ordinal, positions - self.first[ordinal]
 
-    def positions(self, clips, frames) -> np.ndarray:
-        """(clip names, frames within them) -> global positions."""
-        lookup = {name: i for i, name in enumerate(self.names)}
-        ordinal = np.fromiter((lookup[c] for c in clips), dtype=np.int64, count=len(clips))
-        return self.first[ordinal] + np.asarray(frames, dtype=np.int64)
-
     def pieces(self, positions):
         """Yield (clip ordinal, frames within the clip, global positions) for ascending
         global `positions`, one piece per clip they touch."""

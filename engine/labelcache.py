@@ -77,10 +77,12 @@ class LabelCache:
         self._bar = None  # a query's progress bar while one is open
         self.read_only = con.execute("SELECT readonly FROM duckdb_databases() "
                                      "WHERE database_name = current_database()").fetchall()[0][0]
-        done = con.execute("SELECT clip, frame FROM vidql.labelled WHERE video = ? AND oracle = ?",
-                           [video, oracle.identity]).fetchnumpy()
+        done = con.execute("SELECT c.first_frame + l.frame AS position FROM vidql.labelled l "
+                           "JOIN vidql.clips c ON c.video = l.video AND c.clip = l.clip "
+                           "WHERE l.video = ? AND l.oracle = ?",
+                           [video, oracle.identity]).fetchnumpy()["position"]
         self._labelled = np.zeros(self.n_frames, dtype=bool)
-        self._labelled[clip_map.positions(done["clip"], done["frame"])] = True
+        self._labelled[np.asarray(done, dtype=np.int64)] = True
         # per-frame detection counts by (label, min_score), -1 where not known yet: filled
         # from each batch the oracle returns, and from the catalog for earlier labels
         self._counts: dict[tuple, np.ndarray] = {}

@@ -62,15 +62,17 @@ class Binding:
     def _population(self, db, q: Query) -> np.ndarray:
         """Global positions (engine/clips.py) of the frames the query's restriction keeps
         (on clip, frame, ts, start_ts), ascending."""
-        sql = f"SELECT clip, frame FROM main.{quote_name(self.video)}"
+        kept = f"SELECT clip, frame FROM main.{quote_name(self.video)}"
         if q.restriction:
-            sql += f" WHERE {q.restriction}"
+            kept += f" WHERE {q.restriction}"
+        sql = (f"SELECT c.first_frame + v.frame AS position FROM ({kept}) v JOIN (SELECT clip AS "
+               f"c_clip, first_frame FROM vidql.clips WHERE video = ?) c ON v.clip = c.c_clip")
         try:
-            got = db.catalog.con.execute(sql).fetchnumpy()
+            got = db.catalog.con.execute(sql, [self.video]).fetchnumpy()["position"]
         except duckdb.Error as exc:
             raise QueryError(f"cannot apply the frame restriction {q.restriction!r}: {exc}",
                              q.text, max(q.text.find(q.restriction or ""), 0)) from None
-        return np.sort(self.cache.clip_map.positions(got["clip"], got["frame"]))
+        return np.sort(np.asarray(got, dtype=np.int64))
 
     def proxy(self, expr: FrameExpr | None) -> np.ndarray | None:
         """Proxy scores of a frame statistic over the population (None without an index)."""
