@@ -19,6 +19,7 @@ import numpy as np
 from vidql.errors import OracleError, ParameterError
 from vidql.ranges import DEFAULT_STRATA
 
+from .limit import proxy_order
 from .oracle_calls import DistinctOracle, as_flags, as_values
 from .results import AggregateResult
 from .stratum_bounds import stratified_interval
@@ -204,7 +205,7 @@ def _two_stage(proxy, true_values, budget, agg, confidence, strata, seed, value_
         return _package(labels, grouped, est, est, est, frames, True, agg, confidence,
                         {"strata": strata}, b.sum(0))
 
-    order = np.lexsort((rng.random(n), proxy))
+    order = proxy_order(-proxy, rng)  # increasing proxy, ties in random order
     members = [rng.permutation(s) for s in np.array_split(order, strata)]
     sizes = np.array([m.size for m in members], dtype=np.float64)
     caps = sizes.astype(np.int64)
