@@ -308,19 +308,38 @@ def _add(frame, img, x, y) -> None:
         cv2.add(roi, img[box[1]], dst=roi)
 
 
+class _Canvas:
+    """A W×H picture with margin m: day colours `img`, night lights `lights`, and X/Y to
+    turn fractions of the picture into canvas pixels."""
+
+    def __init__(self, W: int, H: int, m: int):
+        self.W, self.H, self.m = W, H, m
+        self.Hc, self.Wc = H + 2 * m, W + 2 * m
+        self.img = np.zeros((self.Hc, self.Wc, 3), np.float32)
+        self.lights = np.zeros((self.Hc, self.Wc, 3), np.float32)
+
+    def X(self, u):
+        return min(max(int(round(self.m + u * self.W)), 0), self.Wc)
+
+    def Y(self, v):
+        return min(max(int(round(self.m + v * self.H)), 0), self.Hc)
+
+
 def _street(seed: int, W: int, H: int, m: int) -> tuple[np.ndarray, np.ndarray]:
     """Static street (day colours) and its night lights, on a canvas with margin m."""
     rng = stream_rng(seed, 20)
-    Hc, Wc = H + 2 * m, W + 2 * m
-    img = np.zeros((Hc, Wc, 3), np.float32)
-    lights = np.zeros((Hc, Wc, 3), np.float32)
+    c = _Canvas(W, H, m)
+    _buildings(c, rng)
+    _road(c, rng)
+    _lane_lines(c)
+    _lamps(c)
+    base = np.clip(np.rint(c.img), 0, 255).astype(np.uint8)
+    return base, np.clip(np.rint(c.lights), 0, 255).astype(np.uint8)
 
-    def X(u):
-        return min(max(int(round(m + u * W)), 0), Wc)
 
-    def Y(v):
-        return min(max(int(round(m + v * H)), 0), Hc)
-
+def _buildings(c: _Canvas, rng) -> None:
+    """Sky, a row of buildings with (some lit) windows, trees in front."""
+    img, X, Y = c.img, c.X, c.Y
     sky = np.linspace(0, 1, Y(0.36))[:, None]
     img[:Y(0.36)] = ((1 - sky) * np.array([150, 185, 228]) + sky * np.array([205, 216, 230]))[:, None, :]
     u = -0.05
@@ -334,12 +353,17 @@ def _street(seed: int, W: int, H: int, m: int) -> tuple[np.ndarray, np.ndarray]:
             for wx in np.arange(u + 0.012, u + bw - 0.02, 0.025):
                 img[Y(wy):Y(wy + 0.022), X(wx):X(wx + 0.011)] = (62, 72, 88)
                 if rng.uniform() < 0.45:
-                    lights[Y(wy):Y(wy + 0.022), X(wx):X(wx + 0.011)] = (210, 170, 90)
+                    c.lights[Y(wy):Y(wy + 0.022), X(wx):X(wx + 0.011)] = (210, 170, 90)
         u += bw
     for tu in rng.uniform(0.05, 0.95, 4):  # trees in front of the buildings
         cv2.rectangle(img, (X(tu - 0.004), Y(0.27)), (X(tu + 0.004), Y(0.37)), (70, 55, 40), -1)
-        cv2.ellipse(img, (X(tu), Y(0.24)), (max(2, int(0.035 * W)), max(2, int(0.06 * H))), 0, 0,
-                    360, (60, 110, 55), -1)
+        cv2.ellipse(img, (X(tu), Y(0.24)), (max(2, int(0.035 * c.W)), max(2, int(0.06 * c.H))),
+                    0, 0, 360, (60, 110, 55), -1)
+
+
+def _road(c: _Canvas, rng) -> None:
+    """Pavements, kerbs and the road surface with its patches."""
+    img, X, Y, W, H = c.img, c.X, c.Y, c.W, c.H
     img[Y(0.36):Y(0.42)] = (166, 161, 152)
     for pu in np.arange(0, 1.05, 0.05):
         img[Y(0.36):Y(0.42), X(pu):X(pu) + max(1, W // 320)] = (140, 136, 128)
@@ -353,9 +377,14 @@ def _street(seed: int, W: int, H: int, m: int) -> tuple[np.ndarray, np.ndarray]:
     img[Y(0.95):Y(0.958)] = (122, 122, 116)
     img[Y(0.958):] = (170, 165, 155)
 
+
+def _lane_lines(c: _Canvas) -> None:
+    """Dashed lane lines, a double yellow median where the directions part, edge lines."""
+    img, X, Y = c.img, c.X, c.Y
+
     def line(v, colour, dashed, double=False):
         s = 0.2 + 0.88 * v
-        thick = max(1, int(round(0.006 * H * s)))
+        thick = max(1, int(round(0.006 * c.H * s)))
         step = 0.1 * s
         for du in np.arange(-0.05, 1.05, step if dashed else 1.2):
             end = du + (step / 2 if dashed else 1.2)
@@ -369,17 +398,19 @@ def _street(seed: int, W: int, H: int, m: int) -> tuple[np.ndarray, np.ndarray]:
     line(0.432, (225, 225, 220), False)
     line(0.942, (225, 225, 220), False)
 
-    for lu in (0.15, 0.5, 0.85):  # street lamps and their light pools
+
+def _lamps(c: _Canvas) -> None:
+    """Street lamps (day) and their heads and light pools (night)."""
+    img, X, Y, W, H = c.img, c.X, c.Y, c.W, c.H
+    for lu in (0.15, 0.5, 0.85):
         pole = max(1, int(0.005 * W))
         img[Y(0.12):Y(0.41), X(lu):X(lu) + pole] = (60, 62, 66)
         img[Y(0.12):Y(0.12) + pole, X(lu):X(lu + 0.04)] = (60, 62, 66)
         head = (slice(Y(0.12), Y(0.135)), slice(X(lu + 0.025), X(lu + 0.05)))
         img[head] = (90, 90, 90)
-        lights[head] = (255, 235, 170)
-        pool = np.zeros((Hc, Wc), np.float32)
+        c.lights[head] = (255, 235, 170)
+        pool = np.zeros((c.Hc, c.Wc), np.float32)
         cv2.ellipse(pool, (X(lu + 0.037), Y(0.44)), (max(2, int(0.09 * W)), max(2, int(0.06 * H))),
                     0, 0, 360, 1.0, -1)
         pool = cv2.GaussianBlur(pool, (0, 0), max(1.0, 0.02 * W))
-        lights += pool[..., None] * np.array([70, 60, 40], np.float32)
-    base = np.clip(np.rint(img), 0, 255).astype(np.uint8)
-    return base, np.clip(np.rint(lights), 0, 255).astype(np.uint8)
+        c.lights += pool[..., None] * np.array([70, 60, 40], np.float32)

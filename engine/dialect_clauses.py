@@ -211,8 +211,8 @@ _READERS = {
     "budget": _read_budget,
     "gap": _count_reader("GAP", GAP, "a number of frames"),
     "seed": _count_reader("SEED", SEED, "a seed"),
-    "rare": lambda c: True,
-    "approximate": lambda c: True,
+    "rare": lambda _: True,
+    "approximate": lambda _: True,
     "oracle": _name_reader("USING ORACLE"),
     "index": _name_reader("USING INDEX"),
 }

@@ -63,12 +63,14 @@ def byte_to_char(text: str):
     return lambda b: table[min(max(b, 0), len(table) - 1)]
 
 
-def tokenize(text: str) -> list[Token]:
-    """All tokens of `text`, comments included, with character offsets."""
+def tokenize(text: str, query: str | None = None, offset: int = 0) -> list[Token]:
+    """All tokens of `text`, comments included, with character offsets. `text` stands at
+    `offset` of `query` (default: itself), where a tokenizer failure is reported."""
     try:
         raw = duckdb.tokenize(text)
     except Exception as exc:  # the tokenizer's own failures are rare; still the user's input
-        raise QueryError(f"cannot read query: {exc}", text, 0) from None
+        raise QueryError(f"cannot read query: {exc}", query if query is not None else text,
+                         offset) from None
     to_char = byte_to_char(text)
     starts = [to_char(pos) for pos, _ in raw] + [len(text)]
     tokens = []

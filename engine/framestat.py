@@ -14,7 +14,7 @@ import duckdb
 import numpy as np
 import pandas as pd
 
-from .dialect_lex import byte_to_char, connection
+from .dialect_lex import Token, connection, string_value, tokenize
 from vidql.detections import DETECTION_COLUMNS
 from vidql.errors import QueryError
 
@@ -93,37 +93,25 @@ def frame_statistic(expr: str | FrameExpr) -> FrameExpr:
     return parsed
 
 
-def _string_value(token_text: str) -> str:
-    return token_text[1:-1].replace("''", "'")
-
-
 def parse_frame_expr(text: str, offset: int = 0, full_query: str | None = None) -> FrameExpr:
     """Find frame-function calls in `text`; errors carry positions in `full_query`."""
     query = full_query if full_query is not None else text
-    try:
-        tokens = duckdb.tokenize(text)
-    except Exception as exc:  # the tokenizer rejects e.g. unterminated strings
-        raise QueryError(f"cannot tokenize query: {exc}", query, offset) from None
-    to_char = byte_to_char(text)  # DuckDB's offsets count UTF-8 bytes
-    bounds = [to_char(pos) for pos, _ in tokens] + [len(text)]
-    spans = [(bounds[i], text[bounds[i]:bounds[i + 1]].rstrip(), kind)
-             for i, (_, kind) in enumerate(tokens)]
+    tokens = tokenize(text, query, offset)
     functions: list[FrameFunction] = []
     pieces: list[str] = []
     last = 0
     i = 0
-    while i < len(spans):
-        pos, tok, kind = spans[i]
-        is_call = (kind == duckdb.token_type.identifier and tok.lower() in FRAME_FUNCTIONS
-                   and i + 1 < len(spans) and spans[i + 1][1] == "(")
+    while i < len(tokens):
+        tok = tokens[i]
+        is_call = (tok.kind == "identifier" and tok.text.lower() in FRAME_FUNCTIONS
+                   and i + 1 < len(tokens) and tokens[i + 1].text == "(")
         if not is_call:
             i += 1
             continue
-        fn, end_index = _parse_call(spans, i, query, offset)
-        end = spans[end_index][0] + 1
-        pieces.append(text[last:pos])
+        fn, end_index = _parse_call(tokens, i, query, offset)
+        pieces.append(text[last:tok.start])
         pieces.append(fn.column)
-        last = end
+        last = tokens[end_index].end
         if fn not in functions:
             functions.append(fn)
         i = end_index + 1
@@ -131,43 +119,49 @@ def parse_frame_expr(text: str, offset: int = 0, full_query: str | None = None) 
     return FrameExpr(text=text, sql="".join(pieces), functions=tuple(functions))
 
 
-def _parse_call(spans, i, query, offset) -> tuple[FrameFunction, int]:
-    """Parse `name ( args )` starting at spans[i]; return the call and the index of ')'."""
-    name = spans[i][1].lower()
+def _parse_call(tokens: list[Token], i: int, query: str, offset: int) -> tuple[FrameFunction, int]:
+    """Parse `name ( args )` starting at tokens[i]; return the call and the index of ')'."""
+    name = tokens[i].text.lower()
     args = []
     j = i + 2
-    while j < len(spans) and spans[j][1] != ")":
-        if spans[j][1] != ",":
-            args.append(spans[j])
+    while j < len(tokens) and tokens[j].text != ")":
+        if tokens[j].text != ",":
+            args.append(tokens[j])
         j += 1
-    where = offset + spans[i][0]
+    where = offset + tokens[i].start
     usage = ("objects('class'[, min_score]) or objects(*)" if name == "objects"
              else "contains('class'[, min_score])")
-    if j >= len(spans):
+    if j >= len(tokens):
         raise QueryError(f"{name}( is not closed", query, where, hint=f"write {usage}")
     if not args:
         raise QueryError(f"{name}() needs a class name", query, where, hint=f"write {usage}")
-    first = args[0]
-    if first[1] == "*":
+    label = _label(name, args[0], query, offset, where, usage)
+    if len(args) > 2:
+        raise QueryError(f"{name}() takes at most two arguments", query, where, hint=f"write {usage}")
+    min_score = _min_score(name, args[1], query, offset, usage) if len(args) == 2 else 0.0
+    return FrameFunction(name, label, min_score), j
+
+
+def _label(name: str, arg: Token, query: str, offset: int, where: int, usage: str) -> str | None:
+    """The class a call's first argument names; None for `*` (any class)."""
+    if arg.text == "*":
         if name != "objects":
             raise QueryError("contains(*) is not a frame function", query, where, hint=f"write {usage}")
-        label = None
-    elif first[2] == duckdb.token_type.string_const:
-        label = _string_value(first[1])
-    else:
-        raise QueryError(f"{name}() takes a quoted class name, got {first[1]}", query,
-                         offset + first[0], hint=f"write {usage}")
-    min_score = 0.0
-    if len(args) == 2:
-        if args[1][2] != duckdb.token_type.numeric_const:
-            raise QueryError(f"{name}() min_score must be a number, got {args[1][1]}", query,
-                             offset + args[1][0], hint=f"write {usage}")
-        min_score = float(args[1][1])
-        if not 0.0 <= min_score <= 1.0:
-            raise QueryError(f"min_score {min_score:g} is outside [0, 1]", query, offset + args[1][0])
-    elif len(args) > 2:
-        raise QueryError(f"{name}() takes at most two arguments", query, where, hint=f"write {usage}")
-    return FrameFunction(name, label, min_score), j
+        return None
+    if arg.kind != "string":
+        raise QueryError(f"{name}() takes a quoted class name, got {arg.text}", query,
+                         offset + arg.start, hint=f"write {usage}")
+    return string_value(arg)
+
+
+def _min_score(name: str, arg: Token, query: str, offset: int, usage: str) -> float:
+    if arg.kind != "number":
+        raise QueryError(f"{name}() min_score must be a number, got {arg.text}", query,
+                         offset + arg.start, hint=f"write {usage}")
+    min_score = float(arg.text)
+    if not 0.0 <= min_score <= 1.0:
+        raise QueryError(f"min_score {min_score:g} is outside [0, 1]", query, offset + arg.start)
+    return min_score
 
 
 def frame_table_sql(functions, detections: str, frames: str) -> str:
@@ -315,10 +309,5 @@ def _column_name(fn: FrameFunction) -> str:
 
 def _mentions_frame(expr: FrameExpr) -> bool:
     """Whether a statistic reads the frame number as well as frame functions."""
-    text = expr.sql
-    to_char = byte_to_char(text)
-    tokens = duckdb.tokenize(text)
-    bounds = [to_char(pos) for pos, _ in tokens] + [len(text)]
-    return any(kind == duckdb.token_type.identifier
-               and text[bounds[i]:bounds[i + 1]].strip().strip('"').lower() == "frame"
-               for i, (_, kind) in enumerate(tokens))
+    return any(tok.kind == "identifier" and tok.text.strip('"').lower() == "frame"
+               for tok in tokenize(expr.sql))

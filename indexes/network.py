@@ -10,6 +10,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from vidql.preprocess.transforms import Normalize
+
 
 def _conv(cin: int, cout: int, stride: int) -> nn.Sequential:
     return nn.Sequential(nn.Conv2d(cin, cout, 3, stride=stride, padding=1, bias=False),
@@ -39,10 +41,7 @@ class CompactCNN(nn.Module):
 def to_tensor(frames: np.ndarray, device="cpu", mean=(0.5, 0.5, 0.5), std=(0.25, 0.25, 0.25)
               ) -> torch.Tensor:
     """uint8 N×H×W×3 RGB frames -> normalised float32 N×3×H×W tensor on `device`."""
-    x = torch.from_numpy(np.ascontiguousarray(frames)).to(device).permute(0, 3, 1, 2).float()
-    m = torch.tensor(mean, device=device).view(1, 3, 1, 1) * 255.0
-    s = torch.tensor(std, device=device).view(1, 3, 1, 1) * 255.0
-    return (x - m) / s
+    return Normalize(tuple(mean), tuple(std)).to_torch(frames, device)
 
 
 def torch_device() -> str:

@@ -126,25 +126,11 @@ def train_triplet_network(images: np.ndarray, close: np.ndarray, counts: np.ndar
         torch.manual_seed(seed)
         model = CompactCNN(out_dim=dim).to(device)
         head = torch.nn.Linear(dim, counts.shape[1]).to(device)
-    target = np.log1p(counts.astype(np.float32))
-    target = (target - target.mean(axis=0)) / np.maximum(target.std(axis=0), 1e-6)
-    target = torch.from_numpy(target).to(device)
     optimiser = torch.optim.Adam([*model.parameters(), *head.parameters()], lr=lr)
-    triplet_loss = torch.nn.TripletMarginLoss(margin=margin)
-    x = to_tensor(images, device)
+    objective = _Objective(model, head, to_tensor(images, device), _count_target(counts).to(device),
+                           margin, count_weight, generator)
     train, held = _split(counts, rng, holdout, min_held_out)
     held_triplets = _held_out_triplets(close, counts, times, held, rng)
-
-    def loss_of(batch: torch.Tensor, augment: bool) -> torch.Tensor:
-        frames = batch.reshape(-1)
-        inputs = random_lighting(x[frames], generator) if augment else x[frames]
-        z = model(inputs)
-        zt = z.view(len(batch), 3, -1)
-        loss = triplet_loss(zt[:, 0], zt[:, 1], zt[:, 2])
-        if count_weight > 0 and counts.shape[1]:
-            loss = loss + count_weight * torch.nn.functional.mse_loss(head(z), target[frames])
-        return loss
-
     sub_close, sub_counts, sub_times = close[np.ix_(train, train)], counts[train], times[train]
     seen, losses, best, stale = 0, [], (np.inf, None, 0), False
     with tqdm(total=triplets, desc="triplet training", unit="triplet", disable=not progress) as bar:
@@ -153,25 +139,13 @@ def train_triplet_network(images: np.ndarray, close: np.ndarray, counts: np.ndar
             if not len(epoch):
                 break
             model.train()
-            for start in range(0, len(epoch), batch_size):
-                batch = torch.from_numpy(epoch[start:start + batch_size]).to(device)
-                if len(batch) < 2:  # BatchNorm needs more than one sample
-                    continue
-                loss = loss_of(batch, jitter)
-                optimiser.zero_grad()
-                loss.backward()
-                optimiser.step()
-                losses.append(loss.item())
+            for batch in _batches(epoch, batch_size, triplets - seen):
+                losses.append(objective.step(batch, optimiser, jitter))
                 seen += len(batch)
                 bar.update(len(batch))
-                if seen >= triplets:
-                    break
             if len(held_triplets):
                 model.eval()
-                with torch.inference_mode():
-                    held_loss = float(np.mean([
-                        float(loss_of(torch.from_numpy(part).to(device), False))
-                        for part in np.array_split(held_triplets, -(-len(held_triplets) // 256))]))
+                held_loss = objective.held_out(held_triplets)
                 if held_loss < 0.99 * best[0]:
                     best = (held_loss, copy.deepcopy(model.state_dict()), seen)
                 stale = (seen - best[2]) >= max(patience * len(train), min_window)
@@ -183,6 +157,63 @@ def train_triplet_network(images: np.ndarray, close: np.ndarray, counts: np.ndar
                    "held_out_loss": None if best[1] is None else best[0],
                    "best_at_triplets": best[2] if best[1] is not None else seen,
                    "held_out_frames": len(held)}
+
+
+class _Objective:
+    """The training loss of a batch of (anchor, positive, negative) frame rows: triplet
+    loss on the embeddings plus, with `count_weight` > 0, the count head's regression."""
+
+    def __init__(self, model: CompactCNN, head: torch.nn.Linear, x: torch.Tensor,
+                 target: torch.Tensor, margin: float, count_weight: float,
+                 generator: torch.Generator):
+        self.model, self.head, self.x, self.target = model, head, x, target
+        self.count_weight, self.generator = count_weight, generator
+        self.triplet_loss = torch.nn.TripletMarginLoss(margin=margin)
+
+    def __call__(self, rows: np.ndarray, augment: bool) -> torch.Tensor:
+        batch = torch.from_numpy(rows).to(self.x.device)
+        frames = batch.reshape(-1)
+        inputs = random_lighting(self.x[frames], self.generator) if augment else self.x[frames]
+        z = self.model(inputs)
+        zt = z.view(len(batch), 3, -1)
+        loss = self.triplet_loss(zt[:, 0], zt[:, 1], zt[:, 2])
+        if self.count_weight > 0 and self.target.shape[1]:
+            loss = loss + self.count_weight * torch.nn.functional.mse_loss(self.head(z),
+                                                                           self.target[frames])
+        return loss
+
+    def step(self, rows: np.ndarray, optimiser: torch.optim.Optimizer, augment: bool) -> float:
+        """One optimiser step on the batch; its loss."""
+        loss = self(rows, augment)
+        optimiser.zero_grad()
+        loss.backward()
+        optimiser.step()
+        return loss.item()
+
+    def held_out(self, triplets: np.ndarray) -> float:
+        """Mean loss over held-out triplets (in parts of 256), without augmentation."""
+        with torch.inference_mode():
+            parts = np.array_split(triplets, -(-len(triplets) // 256))
+            return float(np.mean([float(self(part, False)) for part in parts]))
+
+
+def _count_target(counts: np.ndarray) -> torch.Tensor:
+    """Standardised log class counts per frame: the auxiliary regression's target."""
+    target = np.log1p(counts.astype(np.float32))
+    return torch.from_numpy((target - target.mean(axis=0)) / np.maximum(target.std(axis=0), 1e-6))
+
+
+def _batches(epoch: np.ndarray, size: int, left: int):
+    """Batches of `size` triplets of `epoch` until `left` triplets are given; a last
+    batch of one is skipped (BatchNorm needs more than one sample)."""
+    for start in range(0, len(epoch), size):
+        batch = epoch[start:start + size]
+        if len(batch) < 2:
+            continue
+        yield batch
+        left -= len(batch)
+        if left <= 0:
+            return
 
 
 def _split(counts: np.ndarray, rng: np.random.Generator, holdout: float, min_held_out: int,

@@ -14,7 +14,7 @@ import numpy as np
 
 from vidql.errors import ParameterError, VidqlError
 from vidql.preprocess.probe import VideoInfo, probe_video
-from vidql.preprocess.transforms import Normalize
+from vidql.preprocess.transforms import Normalize, to_device, to_images
 
 
 def cuda_available() -> bool:
@@ -53,16 +53,10 @@ class DeviceTransform:
 
         if self.normalize is not None:
             return self.normalize.to_torch(batch, self.device, self.size)
-        tensor = torch.from_numpy(np.ascontiguousarray(batch)) if isinstance(batch, np.ndarray) else batch
-        if tensor.device.type == "cpu" and torch.device(self.device).type == "cuda":
-            tensor = tensor.pin_memory().to(self.device, non_blocking=True)
-        else:
-            tensor = tensor.to(self.device)
+        tensor = to_device(batch, self.device)
         if self.size is None or (tensor.shape[2], tensor.shape[1]) == tuple(self.size):
             return tensor
-        images = tensor.permute(0, 3, 1, 2).float()
-        images = torch.nn.functional.interpolate(images, size=(self.size[1], self.size[0]), mode="bilinear",
-                                                 antialias=True, align_corners=False)
+        images = to_images(tensor, self.device, self.size)
         return images.round_().clamp_(0, 255).to(torch.uint8).permute(0, 2, 3, 1).contiguous()
 
 

@@ -129,18 +129,33 @@ class Normalize:
         """Normalise with torch on `device`; optionally resize there (antialiased bilinear) first."""
         import torch
 
-        tensor = batch if isinstance(batch, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(batch))
-        if tensor.device.type == "cpu" and torch.device(device).type == "cuda":
-            tensor = tensor.pin_memory().to(device, non_blocking=True)
-        else:
-            tensor = tensor.to(device)
-        images = tensor.permute(0, 3, 1, 2).float()
-        if size is not None and (images.shape[-1], images.shape[-2]) != tuple(size):
-            images = torch.nn.functional.interpolate(images, size=(size[1], size[0]), mode="bilinear",
-                                                     antialias=True, align_corners=False)
+        images = to_images(batch, device, size)
         mean = torch.tensor(self.mean, device=images.device).view(1, -1, 1, 1) * 255.0
         std = torch.tensor(self.std, device=images.device).view(1, -1, 1, 1) * 255.0
         images = (images - mean) / std
         if not self.channels_first:
             images = images.permute(0, 2, 3, 1).contiguous()
         return images.to(getattr(torch, self.dtype))
+
+
+def to_device(batch, device="cpu"):
+    """A uint8 N×H×W×C batch (numpy array or torch tensor) as a torch tensor on `device`;
+    to a GPU through pinned memory with a non-blocking copy."""
+    import torch
+
+    tensor = batch if isinstance(batch, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(batch))
+    if tensor.device.type == "cpu" and torch.device(device).type == "cuda":
+        return tensor.pin_memory().to(device, non_blocking=True)
+    return tensor.to(device)
+
+
+def to_images(batch, device="cpu", size: tuple[int, int] | None = None):
+    """The one uint8 -> tensor path: a uint8 N×H×W×C batch as float N×C×H×W (values 0..255)
+    on `device`, resized there to `size` (width, height), antialiased bilinear, when given."""
+    import torch
+
+    images = to_device(batch, device).permute(0, 3, 1, 2).float()
+    if size is not None and (images.shape[-1], images.shape[-2]) != tuple(size):
+        images = torch.nn.functional.interpolate(images, size=(size[1], size[0]), mode="bilinear",
+                                                 antialias=True, align_corners=False)
+    return images

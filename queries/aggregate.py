@@ -129,6 +129,56 @@ def _tolerance(error: float, relative: bool, estimate: float, low: float, high: 
     return max(1e-4 * min(asked, high - low), floor)
 
 
+def _initial_details(bound: str, value_range) -> dict:
+    return {"bound": bound, "range_source": "value_range" if value_range else "sample",
+            "checks": 0, "met": False}
+
+
+def _bernstein_mean(estimate: float, cov: np.ndarray, c: float, proxy_stats, y_range,
+                    t: int, n: int, delta: float) -> tuple[float, float, float]:
+    """(low, high, range width) of the EB-Serfling interval around the (control-variate)
+    estimate after t of n draws, clipped to `y_range`; `proxy_stats` = (mean, min, max)
+    of the proxy, None without one."""
+    width = y_range[1] - y_range[0]
+    variance = cov[0, 0]
+    if proxy_stats is not None:
+        width += abs(c) * (proxy_stats[2] - proxy_stats[1])
+        variance += 2 * c * cov[0, 1] + c * c * cov[1, 1]
+    half = eb_serfling_halfwidth(math.sqrt(max(variance, 0.0)), t, n, width, delta)
+    return max(estimate - half, y_range[0]), min(estimate + half, y_range[1]), width
+
+
+def _betting_mean(y: np.ndarray, n: int, y_range, seen_proxy, proxy_stats, estimate: float,
+                  asked: tuple[float, bool], delta: float) -> tuple[float, float]:
+    """The betting interval for the mean from the values `y` drawn so far (with the
+    proxy of the same frames, or None); `asked` = (error, relative)."""
+    error, relative = asked
+    increments, d, feasible = mean_increments(y, n, y_range, seen_proxy, proxy_stats)
+    bets = _bets(d, y_range[1] - y_range[0], error, relative)
+    low, high = max(y_range[0], feasible[0]), min(y_range[1], feasible[1])
+    return betting_interval(increments, bets, low, high, delta,
+                            _tolerance(error, relative, estimate, low, high))
+
+
+def _betting_ratio(data: np.ndarray, n: int, x_range, estimate: float,
+                   asked: tuple[float, bool], delta: float) -> tuple[float, float]:
+    """The betting interval for the ratio from the drawn columns (pred*stat, pred);
+    `asked` = (error, relative)."""
+    error, relative = asked
+    a, b = data[:, 0], data[:, 1]
+    prev_b = np.concatenate([[0.0], np.cumsum(b[:-1])])
+    prev_a = np.concatenate([[0.0], np.cumsum(a[:-1])])
+    ratio_prev = np.where(prev_b > 0, prev_a / np.maximum(prev_b, 1), 0.0)
+    rate_prev = (prev_b + 0.5) / (np.arange(b.size) + 1.0)
+    d = a - ratio_prev * b
+    width = x_range[1] - x_range[0]
+    # an error e on the ratio moves mean(pred*(stat - m)) by e * P(pred)
+    scale = rate_prev * (np.maximum(np.abs(ratio_prev), 1e-12) if relative else 1.0)
+    bets = _bets(d, width, error, False, scale)
+    return betting_interval(ratio_increments(a, b, n, x_range), bets, *x_range,
+                            delta, _tolerance(error, relative, estimate, *x_range))
+
+
 def aggregate_error_bound(n: int, true_values: Callable[[np.ndarray], np.ndarray], *,
                           proxy: np.ndarray | None = None, error: float, relative: bool = False,
                           confidence: float = 0.95, seed=0, batch: int = 1024,
@@ -149,6 +199,7 @@ def aggregate_error_bound(n: int, true_values: Callable[[np.ndarray], np.ndarray
     """
     n, error, confidence, batch, limit, rng, value_range = _check_common(
         n, error, relative, confidence, batch, max_samples, seed, value_range, bound)
+    proxy_stats = None
     if proxy is not None:
         proxy = check_scores("proxy", proxy, n)
         proxy_stats = (float(proxy.mean()), float(proxy.min()), float(proxy.max()))
@@ -159,8 +210,7 @@ def aggregate_error_bound(n: int, true_values: Callable[[np.ndarray], np.ndarray
     seen_low, seen_high = math.inf, -math.inf
     method = "uniform" if proxy is None else "control_variate"
     error_kind = "relative" if relative else "absolute"
-    details: dict = {"bound": bound, "range_source": "value_range" if value_range else "sample",
-                     "checks": 0, "met": False}
+    details = _initial_details(bound, value_range)
     for j, t in enumerate(epoch_checkpoints(limit, _growth(bound, beta)), start=1):
         for chunk, out in sampler.advance(t):
             y = as_values(out, chunk.size)
@@ -182,25 +232,13 @@ def aggregate_error_bound(n: int, true_values: Callable[[np.ndarray], np.ndarray
         if proxy is not None:
             estimate += c * (moments.mean[1] - proxy_stats[0])
         if bound == "bernstein":
-            width = y_range[1] - y_range[0] + (abs(c) * (proxy_stats[2] - proxy_stats[1])
-                                               if proxy is not None else 0.0)
-            variance = cov[0, 0]
-            if proxy is not None:
-                variance += 2 * c * cov[0, 1] + c * c * cov[1, 1]
-            half = eb_serfling_halfwidth(math.sqrt(max(variance, 0.0)), t, n, width,
-                                         epoch_delta(j, delta, p))
-            low, high = estimate - half, estimate + half
-            low, high = max(low, y_range[0]), min(high, y_range[1])
+            low, high, width = _bernstein_mean(estimate, cov, c, proxy_stats, y_range, t, n,
+                                               epoch_delta(j, delta, p))
             details["range_width"] = float(width)
         else:
-            y_all = np.concatenate(values)
-            increments, d, feasible = mean_increments(
-                y_all, n, y_range, None if proxy is None else proxy[sampler.order[:t]],
-                proxy_stats if proxy is not None else None)
-            bets = _bets(d, y_range[1] - y_range[0], error, relative)
-            low, high = max(y_range[0], feasible[0]), min(y_range[1], feasible[1])
-            low, high = betting_interval(increments, bets, low, high, delta,
-                                         _tolerance(error, relative, estimate, low, high))
+            seen_proxy = None if proxy is None else proxy[sampler.order[:t]]
+            low, high = _betting_mean(np.concatenate(values), n, y_range, seen_proxy,
+                                      proxy_stats, estimate, (error, relative), delta)
         estimate = float(min(max(estimate, low), high))
         details.update(checks=j, c=float(c))
         if _stop(estimate, low, high, error, relative) and (
@@ -266,8 +304,7 @@ def aggregate_ratio_error_bound(n: int, true_values: Callable, *, error: float,
     columns: list[np.ndarray] = []
     seen_low, seen_high = math.inf, -math.inf
     error_kind = "relative" if relative else "absolute"
-    details: dict = {"bound": bound, "range_source": "value_range" if value_range else "sample",
-                     "checks": 0, "met": False}
+    details = _initial_details(bound, value_range)
     estimate, low, high = math.nan, math.nan, math.nan
     for j, t in enumerate(epoch_checkpoints(limit, _growth(bound, beta)), start=1):
         for chunk, out in sampler.advance(t):
@@ -294,19 +331,8 @@ def aggregate_ratio_error_bound(n: int, true_values: Callable, *, error: float,
             low, high = _ratio_bernstein(mean_a, mean_b, moments.cov(), t, n, *x_range,
                                          epoch_delta(j, delta, p))
         else:
-            data = np.concatenate(columns)
-            a, b = data[:, 0], data[:, 1]
-            prev_b = np.concatenate([[0.0], np.cumsum(b[:-1])])
-            prev_a = np.concatenate([[0.0], np.cumsum(a[:-1])])
-            ratio_prev = np.where(prev_b > 0, prev_a / np.maximum(prev_b, 1), 0.0)
-            rate_prev = (prev_b + 0.5) / (np.arange(b.size) + 1.0)
-            d = a - ratio_prev * b
-            width = x_range[1] - x_range[0]
-            # an error e on the ratio moves mean(pred*(stat - m)) by e * P(pred)
-            scale = rate_prev * (np.maximum(np.abs(ratio_prev), 1e-12) if relative else 1.0)
-            bets = _bets(d, width, error, False, scale)
-            low, high = betting_interval(ratio_increments(a, b, n, x_range), bets, *x_range,
-                                         delta, _tolerance(error, relative, estimate, *x_range))
+            low, high = _betting_ratio(np.concatenate(columns), n, x_range, estimate,
+                                       (error, relative), delta)
         estimate = float(min(max(estimate, low), high))
         # without a value range, the range of stat is read off the predicate frames seen
         if _stop(estimate, low, high, error, relative) and (

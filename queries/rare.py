@@ -18,6 +18,7 @@ import numpy as np
 from vidql.errors import ParameterError
 from vidql.ranges import MIN_RARE_BUDGET
 
+from .limit import proxy_order
 from .oracle_calls import DistinctOracle, as_flags
 from .results import RareResult
 from .validation import check_int, check_scores, make_rng
@@ -96,7 +97,7 @@ def find_rare(embeddings: np.ndarray, predicate: Callable[[np.ndarray], np.ndarr
     seals = _SealsPool(emb, k_seals) if candidate_pool == "seals" else None
     search = _Search(emb, predicate, min(budget, n), radius, seals)
     if proxy is not None:
-        first = np.lexsort((rng.random(n), -proxy))[:batch]
+        first = proxy_order(proxy, rng)[:batch]
     else:
         first = rng.choice(n, size=min(batch, n), replace=False)
     flood_calls = search.flood(search.query(first))
@@ -186,9 +187,7 @@ class _Search:
             self.scores = np.full(self.n, -np.inf)
             self.scores[candidate_frames] = model.decision_function(self.emb[candidate_frames])
             self.scores[labelled] = model.decision_function(self.emb[labelled])
-            return candidate_frames[np.lexsort((rng.random(candidate_frames.size),
-                                                -self.scores[candidate_frames]))]
+            return candidate_frames[proxy_order(self.scores[candidate_frames], rng)]
         if proxy is not None:
-            return candidate_frames[np.lexsort((rng.random(candidate_frames.size),
-                                                -proxy[candidate_frames]))]
+            return candidate_frames[proxy_order(proxy[candidate_frames], rng)]
         return rng.permutation(candidate_frames)

@@ -19,6 +19,7 @@ import numpy as np
 from vidql.errors import OracleError, ParameterError
 from vidql.ranges import DEFAULT_STRATA
 
+from .limit import proxy_order
 from .oracle_calls import DistinctOracle, as_flags, as_values
 from .results import AggregateResult
 from .stratum_bounds import stratified_interval
@@ -195,16 +196,9 @@ def _two_stage(proxy, true_values, budget, agg, confidence, strata, seed, value_
     labels = _Labels(true_values, n, grouped)
 
     if budget >= n:
-        frames = np.arange(n, dtype=np.int64)
-        stat, pred, code = labels(frames)
-        groups = len(labels.codes) if grouped else 1
-        a, b = _group_columns(stat, pred, code, groups)
-        est = _estimates(a.sum(0)[None, None], b.sum(0)[None, None], np.array([[1]]),
-                         np.array([1.0]), agg)[0]
-        return _package(labels, grouped, est, est, est, frames, True, agg, confidence,
-                        {"strata": strata}, b.sum(0))
+        return _exact(labels, n, agg, confidence, strata)
 
-    order = np.lexsort((rng.random(n), proxy))
+    order = proxy_order(-proxy, rng)  # increasing proxy, ties in random order
     members = [rng.permutation(s) for s in np.array_split(order, strata)]
     sizes = np.array([m.size for m in members], dtype=np.float64)
     caps = sizes.astype(np.int64)
@@ -240,6 +234,18 @@ def _two_stage(proxy, true_values, budget, agg, confidence, strata, seed, value_
         details["confidence_split"] = f"{1 - confidence:g} split evenly over {groups} groups"
     return _package(labels, grouped, estimate, low, high, frames, False, agg, confidence,
                     details, sb[0].sum(0))
+
+
+def _exact(labels: _Labels, n: int, agg: str, confidence: float, strata: int):
+    """The exact answer from labelling every frame (a budget of n or more)."""
+    frames = np.arange(n, dtype=np.int64)
+    stat, pred, code = labels(frames)
+    groups = len(labels.codes) if labels.grouped else 1
+    a, b = _group_columns(stat, pred, code, groups)
+    est = _estimates(a.sum(0)[None, None], b.sum(0)[None, None], np.array([[1]]),
+                     np.array([1.0]), agg)[0]
+    return _package(labels, labels.grouped, est, est, est, frames, True, agg, confidence,
+                    {"strata": strata}, b.sum(0))
 
 
 def _sums(a, b):

@@ -105,6 +105,31 @@ def _exact(n, oracle, details):
     return _answer(n, np.zeros(0, dtype=np.int64), frames, labels, oracle.calls, details)
 
 
+def _positives_high(positive: np.ndarray, draws: np.ndarray, q: np.ndarray) -> float:
+    """A high estimate (mean + 2 standard errors) of the number of positives from the
+    importance-weighted stage-1 draws."""
+    contrib = positive[draws] / (positive.size * q[draws])
+    return positive.size * (contrib.mean() + 2.0 * contrib.std() / math.sqrt(contrib.size))
+
+
+def _certified_cutoff(grid: np.ndarray, counts, target: float,
+                      delta: float) -> tuple[int, float]:
+    """(the largest rank m in `grid` whose top-m frames have precision >= target at level
+    1 - delta, its precision bound); (0, nan) when none. `counts` are cumulative over
+    the ranks: stage-1 positives, stage-2 sampled, stage-2 positives, eligible frames."""
+    first_pos_cum, sampled_cum, sampled_pos_cum, eligible_cum = counts
+    for m in grid[::-1]:
+        i = m - 1
+        sampled, hits, pool = int(sampled_cum[i]), int(sampled_pos_cum[i]), int(eligible_cum[i])
+        low = hypergeom_lower_count(hits, sampled, pool, delta)
+        # returned frames of the top-m: stage-1 positives, sampled positives, unsampled
+        size = first_pos_cum[i] + hits + (pool - sampled)
+        precision_low = (first_pos_cum[i] + low) / size if size > 0 else 1.0
+        if precision_low >= target:
+            return int(m), float(precision_low)
+    return 0, math.nan
+
+
 def supg_precision(proxy: np.ndarray, predicate: Callable[[np.ndarray], np.ndarray], *,
                    target: float = 0.95, confidence: float = 0.95, budget: int = 1000, seed=0,
                    uniform_mix: float = 0.1, stage1_fraction: float = 0.5,
@@ -132,8 +157,7 @@ def supg_precision(proxy: np.ndarray, predicate: Callable[[np.ndarray], np.ndarr
     first_labels = as_flags(oracle(first), first.size)
     positive = np.zeros(n, dtype=bool)
     positive[first[first_labels]] = True
-    contrib = positive[draws] / (n * q[draws])
-    positives_high = n * (contrib.mean() + 2.0 * contrib.std() / math.sqrt(contrib.size))
+    positives_high = _positives_high(positive, draws, q)
     stage2_budget = budget - oracle.calls
     prefix = int(min(n, max(math.ceil(positives_high / target), stage2_budget)))
     labelled = np.zeros(n, dtype=bool)
@@ -156,18 +180,8 @@ def supg_precision(proxy: np.ndarray, predicate: Callable[[np.ndarray], np.ndarr
     rate = second.size / max(eligible.size, 1)
     smallest = int(np.searchsorted(eligible_cum * rate, need)) + 1
     grid = np.unique(np.linspace(min(smallest, prefix), prefix, cutoffs).astype(np.int64))
-    chosen = 0
-    bound = math.nan
-    for m in grid[::-1]:
-        i = m - 1
-        sampled, hits, pool = int(sampled_cum[i]), int(sampled_pos_cum[i]), int(eligible_cum[i])
-        low = hypergeom_lower_count(hits, sampled, pool, delta / cutoffs)
-        # returned frames of the top-m: stage-1 positives, sampled positives, unsampled
-        size = first_pos_cum[i] + hits + (pool - sampled)
-        precision_low = (first_pos_cum[i] + low) / size if size > 0 else 1.0
-        if precision_low >= target:
-            chosen, bound = int(m), float(precision_low)
-            break
+    chosen, bound = _certified_cutoff(grid, (first_pos_cum, sampled_cum, sampled_pos_cum,
+                                             eligible_cum), target, delta / cutoffs)
     all_frames = np.concatenate([first, second])
     all_labels = np.concatenate([first_labels, second_labels])
     details.update(prefix=prefix, cutoff_rank=chosen, precision_bound=bound,

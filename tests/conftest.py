@@ -18,6 +18,20 @@ def shared_path(*parts: str) -> Path:
     return path
 
 
+class CountingOracle:
+    """A true-value callback over per-frame arrays that records every frame it is asked
+    for: one array gives its values, several a tuple (e.g. stat, pred[, group])."""
+
+    def __init__(self, *columns):
+        self.columns = columns
+        self.asked = []
+
+    def __call__(self, frames):
+        self.asked.extend(frames.tolist())
+        values = tuple(column[frames] for column in self.columns)
+        return values[0] if len(values) == 1 else values
+
+
 @pytest.fixture(scope="session")
 def counter_clip(tmp_path_factory) -> Path:
     """A 120-frame H.264 clip (GOP 12, B-frames) whose frames are all distinct."""

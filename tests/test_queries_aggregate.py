@@ -2,6 +2,7 @@
 absolute vs relative error, the AVG-with-predicate ratio, and parameter checks."""
 import numpy as np
 import pytest
+from conftest import CountingOracle
 
 from vidql.errors import OracleError, ParameterError
 from vidql.queries import aggregate_error_bound, aggregate_ratio_error_bound
@@ -24,18 +25,6 @@ def skewed_population(seed, n=5000):
     values = np.where(rng.random(n) < 0.02, rng.integers(5, 30, n), 0).astype(np.float64)
     proxy = values + rng.normal(0.0, 3.0, n)
     return values, proxy
-
-
-class CountingOracle:
-    """Returns values for frames and records every frame it was asked for."""
-
-    def __init__(self, values):
-        self.values = values
-        self.asked = []
-
-    def __call__(self, frames):
-        self.asked.extend(frames.tolist())
-        return self.values[frames]
 
 
 def _coverage(values, proxy, error, bound, value_range):

@@ -2,6 +2,7 @@
 budget honoured, SEALS pool, proxy seeding, parameter checks."""
 import numpy as np
 import pytest
+from conftest import CountingOracle
 
 from vidql.errors import ParameterError
 from vidql.queries import find_rare
@@ -21,16 +22,6 @@ def rare_events(seed, n=30000, d=32, count=20):
     return emb.astype(np.float32), labels, proxy
 
 
-class Counting:
-    def __init__(self, labels):
-        self.labels = labels
-        self.asked = []
-
-    def __call__(self, frames):
-        self.asked.extend(frames.tolist())
-        return self.labels[frames]
-
-
 @pytest.mark.parametrize("use_proxy", [False, True])
 def test_finds_ten_times_more_than_random(use_proxy):
     emb, labels, proxy = rare_events(0)
@@ -43,7 +34,7 @@ def test_finds_ten_times_more_than_random(use_proxy):
 
 def test_positives_distinct_confirmed_and_budget_respected():
     emb, labels, _ = rare_events(1)
-    oracle = Counting(labels)
+    oracle = CountingOracle(labels)
     res = find_rare(emb, oracle, budget=300, seed=2, batch=25)
     assert len(oracle.asked) == len(set(oracle.asked)) == res.oracle_calls <= 300
     assert np.all(labels[res.frames]) and np.all(np.diff(res.frames) > 0)

@@ -2,6 +2,7 @@
 GROUP BY, and parameter checks."""
 import numpy as np
 import pytest
+from conftest import CountingOracle
 
 from vidql.errors import OracleError, ParameterError
 from vidql.queries import aggregate_budget, aggregate_budget_grouped
@@ -26,18 +27,6 @@ def rare_population(seed, n=20000):
     pred = rng.random(n) < np.clip(proxy * 1.5, 0, 1)
     stat = rng.lognormal(1.0, 0.6, n)
     return proxy, stat, pred
-
-
-class Counting:
-    def __init__(self, stat, pred, group=None):
-        self.stat, self.pred, self.group = stat, pred, group
-        self.asked = []
-
-    def __call__(self, frames):
-        self.asked.extend(frames.tolist())
-        if self.group is None:
-            return self.stat[frames], self.pred[frames]
-        return self.stat[frames], self.pred[frames], self.group[frames]
 
 
 def _truth(stat, pred, agg):
@@ -81,7 +70,7 @@ def test_lower_mse_than_uniform_sampling():
 
 def test_budget_respected_no_frame_twice_and_stage_caps():
     proxy, stat, pred = beta_population(3, n=400)
-    oracle = Counting(stat, pred)
+    oracle = CountingOracle(stat, pred)
     res = aggregate_budget(proxy, oracle, budget=300, seed=1, strata=5)
     assert res.oracle_calls == 300 == len(oracle.asked) == len(set(oracle.asked))
     assert np.array_equal(np.sort(oracle.asked), res.frames)
@@ -120,7 +109,7 @@ def test_exact_when_budget_covers_all_frames():
 def test_grouped_results_per_group():
     proxy, stat, pred = beta_population(6)
     group = np.where(np.arange(proxy.size) % 3 == 0, "a", "b")
-    oracle = Counting(stat, pred, group)
+    oracle = CountingOracle(stat, pred, group)
     results = aggregate_budget_grouped(proxy, oracle, budget=1500, agg="avg", seed=2)
     assert set(results) == {"a", "b"}
     assert len(oracle.asked) == len(set(oracle.asked)) == 1500
