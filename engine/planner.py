@@ -339,8 +339,9 @@ def _run_column_groups(b: Binding, q: Query, seed: int, report: Report) -> pd.Da
         scales = np.ones(len(keys))
         report.operator = "aggregate under budget per group (ABae)"
         report.guarantee = f"{agg.func.upper()} with ≤ {q.clauses.budget} oracle calls in all"
-    report.guarantee += (f", {conf:.0%} finite-sample intervals holding for all "
-                         f"{len(keys)} groups at once ({grouped.split})")
+    together = "its one group" if len(keys) == 1 else f"all {len(keys)} groups at once"
+    report.guarantee += (f", {conf:.0%} finite-sample intervals holding for {together} "
+                         f"({grouped.split})")
     report.details["groups"] = {"count": len(keys), "confidence_each": grouped.group_confidence,
                                 "budgets": grouped.budgets}
     new = np.setdiff1d(b.cache.labelled_frames, b.labelled_before)

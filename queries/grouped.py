@@ -88,7 +88,7 @@ def grouped_error_bound(groups, true_values: Callable, *, proxy: np.ndarray | No
             result = aggregate_error_bound(positions.size, fn, **common,
                                            proxy=None if proxy is None else proxy[positions])
         results.append(_globalised(result, positions))
-    split = f"Sidak: each of {len(keys)} groups at {each:.4%} so all hold at {confidence:.0%}"
+    split = _confidence_text(len(keys), each, confidence)
     if max_samples is not None:
         split += f"; the cap of {max_samples} oracle calls split by group size"
     return GroupedResult(keys, results, confidence, each, caps, split)
@@ -113,13 +113,13 @@ def grouped_budget(groups, proxy: np.ndarray, true_values: Callable, *, budget: 
         k = max(1, min(strata, positions.size, share // MIN_BUDGET_PER_STRATUM))
         # a share covering the group labels all of it (exact), whatever its strata need
         result = aggregate_budget(proxy[positions], restrict(true_values, positions),
-                                  budget=max(int(share), MIN_BUDGET_PER_STRATUM * k), agg=agg, confidence=each, strata=k,
-                                  seed=rng, **options)
+                                  budget=max(int(share), MIN_BUDGET_PER_STRATUM * k), agg=agg,
+                                  confidence=each, strata=k, seed=rng, **options)
         results.append(_globalised(result, positions))
     weight = "sd_g" if agg == "avg" else "N_g * sd_g"
-    split = (f"Sidak: each of {len(keys)} groups at {each:.4%} so all hold at {confidence:.0%}; "
-             f"budget {budget} split {shares} (at least {MIN_BUDGET_PER_STRATUM} per stratum, "
-             f"then {floor_fraction:.0%} evenly and the rest by the proxy's spread, {weight})")
+    split = (f"{_confidence_text(len(keys), each, confidence)}; budget {budget} split "
+             f"{shares} (at least {MIN_BUDGET_PER_STRATUM} per stratum, then "
+             f"{floor_fraction:.0%} evenly and the rest by the proxy's spread, {weight})")
     return GroupedResult(keys, results, confidence, each, shares, split)
 
 
@@ -168,6 +168,12 @@ def _sample_caps(max_samples: int | None, members: list[np.ndarray]) -> list[int
     max_samples = check_int("max_samples", max_samples, int(least.sum()))
     caps = least + _capped(max_samples - int(least.sum()), sizes / sizes.sum(), sizes - least)
     return [None if cap >= size else int(cap) for cap, size in zip(caps, sizes, strict=True)]
+
+
+def _confidence_text(groups: int, each: float, confidence: float) -> str:
+    if groups == 1:
+        return f"one group, at {confidence:.0%}"
+    return f"Sidak: each of {groups} groups at {each:.4%} so all hold at {confidence:.0%}"
 
 
 def _globalised(result: AggregateResult, positions: np.ndarray) -> AggregateResult:

@@ -34,7 +34,8 @@ def truths(groups, values, pred=None):
 
 def all_cover(result, truth) -> bool:
     assert result.keys == sorted(truth)
-    return all(r.ci_low <= truth[k] <= r.ci_high for k, r in zip(result.keys, result.results, strict=True))
+    return all(r.ci_low <= truth[k] <= r.ci_high
+               for k, r in zip(result.keys, result.results, strict=True))
 
 
 def mean_form(seed, proxy_too):
