@@ -165,7 +165,10 @@ def _sample_caps(max_samples: int | None, members: list[np.ndarray]) -> list[int
         return [None] * len(members)
     sizes = np.array([m.size for m in members], dtype=np.int64)
     least = np.minimum(sizes, MIN_SAMPLES)
-    max_samples = check_int("max_samples", max_samples, int(least.sum()))
+    if not isinstance(max_samples, (int, np.integer)) or max_samples < least.sum():
+        raise ParameterError(f"max_samples (ORACLE BUDGET with ERROR WITHIN) {max_samples} is "
+                             f"too small for {sizes.size} groups: at least {MIN_SAMPLES} each, "
+                             f"{int(least.sum())} in all; raise it or use fewer groups")
     caps = least + _capped(max_samples - int(least.sum()), sizes / sizes.sum(), sizes - least)
     return [None if cap >= size else int(cap) for cap, size in zip(caps, sizes, strict=True)]
 

@@ -126,7 +126,7 @@ def test_sample_cap_split_by_size():
     assert np.allclose(res.budgets, np.array(SIZES) / 10, atol=2)
     assert [r.oracle_calls for r in res.results] == res.budgets
     assert not any(r.details["met"] for r in res.results)
-    with pytest.raises(ParameterError, match="max_samples"):
+    with pytest.raises(ParameterError, match="too small for 4 groups: at least 2 each, 8"):
         grouped_error_bound(groups, lambda f: stat[f], error=0.1, max_samples=7)
 
 
