@@ -9,8 +9,8 @@ import pandas as pd
 from .dialect import Query
 from .exact import bind_query
 from .framestat import FrameExpr, frame_statistic, is_predicate
-from .planner import (OPERATORS, Binding, count_star, error_bound, predicate_expr,
-                      query_confidence)
+from .planner import (OPERATORS, Binding, column_groups, count_star, error_bound,
+                      group_codes, grouped_error_bound, predicate_expr, query_confidence)
 from .result import Report, Result
 
 
@@ -122,6 +122,9 @@ def _estimate_approximate(b: Binding, q: Query, report: Report) -> int:
                             lambda positions: flags(positions)[0] > 0, k=q.limit,
                             gap=c.gap or 0, seed=seed, max_calls=c.budget,
                             batch=b.cache.oracle.batch_size)
+    elif column_groups(q):
+        grouped_error_bound(b, q, seed, Report(operator="estimate"), group_codes(b, q)[0],
+                            truths=stand_in)
     else:
         error_bound(b, q, seed, Report(operator="estimate"), truths=stand_in)
     return stand_in.uncached()

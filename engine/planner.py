@@ -153,9 +153,11 @@ def _check_runnable(q: Query, video: str, has_index: bool) -> None:
     group_at = q.text.upper().find("GROUP BY")
     if q.kind in ("aggregate", "aggregate_budget") and q.aggregate is None:
         raise QueryError("ERROR WITHIN and ORACLE BUDGET need an AVG, SUM or COUNT", q.text, 0)
-    if q.kind == "aggregate" and q.group_by:
-        raise QueryError("GROUP BY with ERROR WITHIN is not supported; use ORACLE BUDGET n "
-                         "for grouped approximate aggregates", q.text, max(group_at, 0))
+    if q.kind == "aggregate" and q.group_by and not column_groups(q):
+        raise QueryError("GROUP BY over frame functions with ERROR WITHIN is not supported "
+                         "(each frame's group needs the oracle): use ORACLE BUDGET n, or "
+                         "GROUP BY the video table's columns, e.g. floor(ts / 60)",
+                         q.text, max(group_at, 0))
     if q.kind in ("limit", "select_recall", "select_precision", "rare") and (
             predicate_expr(q) is None):
         raise QueryError("this query needs a WHERE clause over frame functions, e.g. "
@@ -198,20 +200,33 @@ def run_approximate(db, q: Query) -> Result:
     report.seconds["total"] = time.perf_counter() - t0
     # aggregates leave the index as it is, so a SEEDed aggregate repeats exactly
     binding.finish(report, crack=not aggregate)
-    if "oracle_calls" in frame.columns:  # real calls; cached labels the operator used are hits
+    # real calls; cached labels the operator used are hits (groups by column count their own)
+    if "oracle_calls" in frame.columns and not column_groups(q):
         frame["oracle_calls"] = report.oracle_calls
     report.simulated_cost_ms = binding.cache.oracle.simulated_cost_ms
     return Result.of(db.catalog.con, frame, report)
 
 
-def _aggregate_frame(result, scale: float, confidence: float, groups=None) -> pd.DataFrame:
+def _aggregate_frame(result, scale: float, confidence: float, groups=None,
+                     column: str = "group", calls: int | None = None) -> pd.DataFrame:
     rows = {"estimate": [result.estimate * scale], "ci_low": [result.ci_low * scale],
             "ci_high": [result.ci_high * scale], "confidence": [confidence],
-            "oracle_calls": [int(result.oracle_calls)], "frames": [len(result.frames)]}
+            "oracle_calls": [int(result.oracle_calls if calls is None else calls)],
+            "frames": [len(result.frames)]}
     df = pd.DataFrame(rows)
     if groups is not None:
-        df.insert(0, "group", [groups])
+        df.insert(0, column, [groups])
     return df
+
+
+def group_column(q: Query) -> str:
+    """The result's group column: named as the SELECT names the GROUP BY expression (its
+    alias, else its text), or the expression's text when the SELECT omits it."""
+    wanted = "".join(q.group_by.split()).lower()
+    for column in q.columns:
+        if "".join(column.text.split()).lower() == wanted:
+            return column.alias or column.text
+    return q.group_by
 
 
 def _error_bound_targets(q: Query):
@@ -241,6 +256,15 @@ def error_bound(b: Binding, q: Query, seed: int, report: Report, truths=None):
     cache) maps statistics to a callback positions -> values, as Binding.truths does."""
     from vidql import queries
 
+    ratio, fn, proxy, common = _error_bound_operands(b, q, seed, report, truths)
+    if ratio:
+        return queries.aggregate_ratio_error_bound(b.n, fn, **common)
+    return queries.aggregate_error_bound(b.n, fn, proxy=proxy, **common)
+
+
+def _error_bound_operands(b: Binding, q: Query, seed: int, report: Report, truths):
+    """(ratio form?, true-value callback, proxy or None, operator keywords) of an ERROR
+    WITHIN aggregate."""
     c = q.clauses
     truths = truths or b.truths
     stat, pred, target = _error_bound_targets(q)
@@ -249,19 +273,114 @@ def error_bound(b: Binding, q: Query, seed: int, report: Report, truths=None):
     common = dict(error=c.error, relative=c.error_relative, confidence=query_confidence(q),
                   seed=seed, max_samples=c.budget, bound="betting")
     if target is None:
-        return queries.aggregate_ratio_error_bound(
-            b.n, _pair(b, stat, pred, truths=truths), value_range=_value_range(stat, report),
-            **common)
+        common["value_range"] = _value_range(stat, report)
+        return True, _pair(b, stat, pred, truths=truths), None, common
     values = truths(target)
     first = _labels_ahead_as(lambda positions: values(positions)[0], values)
-    return queries.aggregate_error_bound(b.n, first, proxy=b.proxy(target),
-                                         value_range=_value_range(target, report), **common)
+    common["value_range"] = _value_range(target, report)
+    return False, first, b.proxy(target), common
+
+
+def column_groups(q: Query) -> bool:
+    """GROUP BY over the video table's own columns (no frame function): each frame's group
+    is known without the oracle, so every group gets its own run (queries/grouped.py)."""
+    return bool(q.group_by) and not _group_expr(q).is_frame_statistic
+
+
+def _group_expr(q: Query) -> FrameExpr:
+    return q.group_expr or parse_frame_expr(q.group_by)
+
+
+def group_keys(b: Binding, q: Query) -> np.ndarray:
+    """Each population frame's GROUP BY key, in population order: one DuckDB statement over
+    the video table's rows with the query's restriction, in frame order."""
+    sql = f"SELECT ({q.group_by}) AS k FROM main.{quote_name(b.video)}"
+    if q.restriction:
+        sql += f" WHERE {q.restriction}"
+    try:
+        keys = b.db.catalog.con.execute(sql + " ORDER BY frame").df()["k"]
+    except duckdb.Error as exc:
+        raise QueryError(f"cannot compute the GROUP BY key {q.group_by!r} from the video "
+                         f"table's columns: {exc}", q.text,
+                         max(q.text.find(q.group_by), 0)) from None
+    if len(keys) != b.n:
+        raise RuntimeError(f"internal: {len(keys)} GROUP BY keys for {b.n} frames")
+    return keys.to_numpy()
+
+
+def group_codes(b: Binding, q: Query) -> tuple[np.ndarray, pd.Index]:
+    """(group number per population position, the groups' keys in sorted order, NULL last)."""
+    return pd.factorize(pd.Series(group_keys(b, q)), sort=True, use_na_sentinel=False)
+
+
+def grouped_error_bound(b: Binding, q: Query, seed: int, report: Report, codes: np.ndarray,
+                        truths=None):
+    """ERROR WITHIN per group (`codes`: a group number per population position), every
+    group within its error bound at once; `truths` as in error_bound."""
+    from vidql import queries
+
+    ratio, fn, proxy, common = _error_bound_operands(b, q, seed, report, truths)
+    return queries.grouped_error_bound(codes, fn, proxy=proxy, ratio=ratio, **common)
+
+
+def _run_column_groups(b: Binding, q: Query, seed: int, report: Report) -> pd.DataFrame:
+    """GROUP BY the video table's columns: one row per group (NULL keys form one group)."""
+    from vidql import queries
+
+    agg, conf = q.aggregate, query_confidence(q)
+    codes, keys = group_codes(b, q)
+    sizes = np.bincount(codes, minlength=len(keys))
+    if q.kind == "aggregate" and count_star(q):
+        report.guarantee = "exact (COUNT(*) of each group's frames)"
+        return pd.DataFrame({group_column(q): keys, "estimate": sizes.astype(float),
+                             "ci_low": sizes.astype(float), "ci_high": sizes.astype(float),
+                             "confidence": 1.0, "oracle_calls": 0, "frames": 0})
+    if q.kind == "aggregate":
+        grouped = grouped_error_bound(b, q, seed, report, codes)
+        scales = sizes if agg.func != "avg" else np.ones(len(keys))
+        report.operator = f"aggregate per group ({grouped.results[0].method})"
+        report.guarantee = f"{agg.func.upper()} within {_error_text(q)} in every group"
+    else:
+        stat, pred, _ = _error_bound_targets(q)
+        proxy = _budget_proxy(b, stat, pred, report)
+        grouped = queries.grouped_budget(codes, proxy, _pair(b, stat, pred),
+                                         budget=q.clauses.budget, agg=agg.func,
+                                         confidence=conf, seed=seed,
+                                         value_range=_value_range(stat, report))
+        scales = np.ones(len(keys))
+        report.operator = "aggregate under budget per group (ABae)"
+        report.guarantee = f"{agg.func.upper()} with ≤ {q.clauses.budget} oracle calls in all"
+    together = "its one group" if len(keys) == 1 else f"all {len(keys)} groups at once"
+    report.guarantee += (f", {conf:.0%} finite-sample intervals holding for {together} "
+                         f"({grouped.split})")
+    report.details["groups"] = {"count": len(keys), "confidence_each": grouped.group_confidence,
+                                "budgets": grouped.budgets}
+    new = np.setdiff1d(b.cache.labelled_frames, b.labelled_before)
+    calls = np.bincount(codes[np.isin(b.population, new)], minlength=len(keys))
+    frame = pd.concat([_aggregate_frame(r, float(s), conf, k, group_column(q), int(n))
+                       for k, r, s, n in zip(keys, grouped.results, scales, calls, strict=True)],
+                      ignore_index=True)
+    _add_notes(report, [f"group {k}: {r.details['note']}"
+                        for k, r in zip(keys, grouped.results, strict=True) if "note" in r.details])
+    return frame.astype({"estimate": "Float64", "ci_low": "Float64", "ci_high": "Float64"})
+
+
+def _error_text(q: Query) -> str:
+    """The ERROR WITHIN bound in words; a total's bound per group scales with its frames."""
+    c = q.clauses
+    if c.error_relative:
+        return f"±{c.error * 100:g}% (relative error)"
+    if q.aggregate.func == "avg":
+        return f"±{c.error:g} (absolute error)"
+    return f"±{c.error:g} per frame, ±{c.error:g}·N in total for a group of N frames"
 
 
 def _run_aggregate(b: Binding, q: Query, seed: int, report: Report) -> pd.DataFrame:
     agg = q.aggregate
     conf = query_confidence(q)
     stat, pred, _ = _error_bound_targets(q)
+    if column_groups(q):
+        return _run_column_groups(b, q, seed, report)
     if q.kind == "aggregate_budget":
         return _run_budget(b, q, seed, report, stat, pred, conf)
     c = q.clauses
@@ -322,11 +441,8 @@ def _run_budget(b: Binding, q: Query, seed: int, report: Report, stat, pred, con
 
     agg = q.aggregate
     budget = q.clauses.budget
-    proxy = b.proxy(pred) if pred is not None else b.proxy(stat)
+    proxy = _budget_proxy(b, stat, pred, report)
     notes = []
-    if proxy is None:
-        proxy = np.zeros(b.n)  # no index: strata are random, ABae degrades to uniform sampling
-        notes.append("no index: stratification by proxy unavailable")
     report.guarantee = (f"{agg.func.upper()} with ≤ {budget} oracle calls, {conf:.0%} "
                         f"finite-sample interval")
     common = dict(budget=budget, agg=agg.func, confidence=conf, seed=seed,
@@ -337,18 +453,33 @@ def _run_budget(b: Binding, q: Query, seed: int, report: Report, stat, pred, con
         report.operator = "aggregate under budget, grouped (ABae)"
         report.guarantee += f", all {len(results)} groups at once"
         ordered = sorted(results.items())
-        frame = pd.concat([_aggregate_frame(r, 1.0, conf, g) for g, r in ordered],
-                          ignore_index=True)
+        frame = pd.concat([_aggregate_frame(r, 1.0, conf, g, group_column(q))
+                           for g, r in ordered], ignore_index=True)
         notes += [f"group {g}: {r.details['note']}" for g, r in ordered if "note" in r.details]
     else:
         result = queries.aggregate_budget(proxy, _pair(b, stat, pred), **common)
         report.operator = f"aggregate under budget ({result.method})"
         frame = _aggregate_frame(result, 1.0, conf)
         notes += [result.details["note"]] if "note" in result.details else []
-    if notes:
-        report.details["note"] = "; ".join(notes)
+    _add_notes(report, notes)
     # an estimate or edge the sample cannot support is NULL, never NaN
     return frame.astype({"estimate": "Float64", "ci_low": "Float64", "ci_high": "Float64"})
+
+
+def _add_notes(report: Report, notes: list[str]) -> None:
+    """Append notes to the report's note."""
+    notes = [report.details["note"], *notes] if "note" in report.details else notes
+    if notes:
+        report.details["note"] = "; ".join(notes)
+
+
+def _budget_proxy(b: Binding, stat, pred, report: Report) -> np.ndarray:
+    """ABae's proxy: the predicate's (else the statistic's); zeros without an index, noted."""
+    proxy = b.proxy(pred) if pred is not None else b.proxy(stat)
+    if proxy is None:  # no index: strata are random, ABae degrades to uniform sampling
+        report.details["note"] = "no index: stratification by proxy unavailable"
+        return np.zeros(b.n)
+    return proxy
 
 
 def run_recall(proxy, is_true, c, conf: float, seed: int):

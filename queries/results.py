@@ -48,3 +48,29 @@ class RareResult:
     oracle_calls: int
     rounds: int
     details: dict = field(default_factory=dict)
+
+
+@dataclass
+class GroupedResult:
+    """Per-group results of an aggregate whose groups are known without the oracle.
+
+    `results[i]` belongs to group `keys[i]` (its `frames` are positions in the whole
+    population); each interval holds at `group_confidence`, all of them together with
+    probability >= `confidence`. `budgets[i]` is the group's share of the oracle calls
+    (None: uncapped); `split` says in words how confidence and budget were split.
+    """
+
+    keys: list
+    results: list[AggregateResult]
+    confidence: float
+    group_confidence: float
+    budgets: list
+    split: str
+
+    @property
+    def oracle_calls(self) -> int:
+        return sum(r.oracle_calls for r in self.results)
+
+    @property
+    def frames(self) -> np.ndarray:
+        return np.sort(np.concatenate([r.frames for r in self.results]))
