@@ -293,12 +293,14 @@ def _group_expr(q: Query) -> FrameExpr:
 
 def group_keys(b: Binding, q: Query) -> np.ndarray:
     """Each population frame's GROUP BY key, in population order: one DuckDB statement over
-    the video table's rows with the query's restriction, in frame order."""
-    sql = f"SELECT ({q.group_by}) AS k FROM main.{quote_name(b.video)}"
+    the video table's rows with the query's restriction, in global-position order."""
+    kept = f"SELECT ({q.group_by}) AS k, clip, frame FROM main.{quote_name(b.video)}"
     if q.restriction:
-        sql += f" WHERE {q.restriction}"
+        kept += f" WHERE {q.restriction}"
+    sql = (f"SELECT v.k FROM ({kept}) v JOIN (SELECT clip AS c_clip, first_frame FROM "
+           f"vidql.clips WHERE video = ?) c ON v.clip = c.c_clip ORDER BY c.first_frame + v.frame")
     try:
-        keys = b.db.catalog.con.execute(sql + " ORDER BY frame").df()["k"]
+        keys = b.db.catalog.con.execute(sql, [b.video]).df()["k"]
     except duckdb.Error as exc:
         raise QueryError(f"cannot compute the GROUP BY key {q.group_by!r} from the video "
                          f"table's columns: {exc}", q.text,

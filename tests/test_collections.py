@@ -288,3 +288,50 @@ def test_cli_loads_a_glob(clips, tmp_path, capsys):
     assert "cams: 3 clips, 720 frames" in capsys.readouterr().out
     assert main(["load", f"{folder}/cam0.mp4", "--name", "cams", "--into", "--db", db]) == 0
     assert "4 clips" in capsys.readouterr().out
+
+
+def test_group_by_clip_error_within_holds_for_every_clip(cams, clips):
+    _, _, truth = clips
+    r = cams.sql("SELECT clip, AVG(objects('car')) FROM cams GROUP BY clip ERROR WITHIN 0.5 "
+                 "CONFIDENCE 95% SEED 5").df()
+    assert r["clip"].tolist() == ["cam0", "cam1", "cam2"]
+    for clip, low, high in zip(r["clip"], r["ci_low"], r["ci_high"], strict=True):
+        assert low <= _car_counts(truth, clip).mean() <= high
+    assert "3 groups" in cams.last_report.guarantee
+    cams.sql("ALTER VIDEO cams SET START 'cam0' = TIMESTAMP '2026-11-02 08:00:00'; "
+             "ALTER VIDEO cams SET START 'cam1' = TIMESTAMP '2026-11-02 09:00:00'; "
+             "ALTER VIDEO cams SET START 'cam2' = TIMESTAMP '2026-11-02 09:30:00'")
+    r = cams.sql("SELECT hour(start_ts + to_seconds(ts)) AS h, AVG(objects('car')) FROM cams "
+                 "GROUP BY h ORACLE BUDGET 300 SEED 5").df()
+    assert r["h"].tolist() == [8, 9]
+    nine = np.concatenate([_car_counts(truth, "cam1"), _car_counts(truth, "cam2")]).mean()
+    assert r["ci_low"].iloc[1] <= nine <= r["ci_high"].iloc[1]
+    assert r["oracle_calls"].sum() <= 300
+    api = cams.video("cams").group_by("clip").using(seed=5).aggregate(
+        "avg", vidql.objects("car"), error=0.5).df()
+    assert api["clip"].tolist() == ["cam0", "cam1", "cam2"]
+
+
+@pytest.mark.slow
+def test_group_by_clip_intervals_cover_every_clip_at_once_in_200_trials(clips):
+    """The operator the planner runs for `GROUP BY clip ... ERROR WITHIN`, on the synthetic
+    collection's clips and its index's proxy: all three 95% intervals cover their clip's
+    truth together in >= 93% of 200 seeded trials."""
+    from vidql.queries import grouped_error_bound
+
+    folder, labels, truth = clips
+    with vidql.connect(progress=False) as db:
+        db.sql(f"LOAD VIDEO '{folder}/*.mp4' AS cams; CREATE ORACLE truth FROM LABELS "
+               f"'{labels}'; SET ORACLE cams = truth; CREATE INDEX ci ON cams WITH "
+               f"(embedder = 'pixel', reps = 60, seed = 0)")
+        proxy = np.asarray(db.proxy("cams", "objects('car')"))
+        groups = np.repeat(db.sql("SHOW CLIPS cams").df()["clip"].to_numpy(), FRAMES)
+    values = np.concatenate([_car_counts(truth, c) for c in ("cam0", "cam1", "cam2")]).astype(float)
+    means = {c: values[groups == c].mean() for c in ("cam0", "cam1", "cam2")}
+    covered = 0
+    for seed in range(200):
+        r = grouped_error_bound(groups, lambda p: values[p], proxy=proxy, error=0.5,
+                                confidence=0.95, seed=seed, bound="betting")
+        covered += all(res.ci_low <= means[k] <= res.ci_high
+                       for k, res in zip(r.keys, r.results, strict=True))
+    assert covered >= 186, f"joint coverage {covered}/200"
