@@ -38,13 +38,13 @@ from .dialect_statements import (DEFAULT_CONFIDENCE, INDEX_METHODS, QUERY_KINDS,
                                  Aggregate, Clauses, CreateIndex, CreateOracle, DropIndex,
                                  DropVideo, LoadVideo, OutputColumn, PlainSQL, Query, SetOracle,
                                  ShowIndexes, ShowOracles, ShowVideos, Statement,
-                                 AlterVideoPath, DropOracle)
+                                 AlterVideoPath, DropOracle, RefreshIndex)
 from vidql.errors import QueryError
 
 __all__ = [
     "parse", "parse_script", "describe", "Statement", "Query", "Clauses", "Aggregate",
     "OutputColumn", "PlainSQL", "LoadVideo", "ShowVideos", "DropVideo", "CreateOracle",
-    "SetOracle", "ShowOracles", "DropOracle", "AlterVideoPath", "CreateIndex", "ShowIndexes", "DropIndex", "QUERY_KINDS",
+    "SetOracle", "ShowOracles", "DropOracle", "AlterVideoPath", "CreateIndex", "RefreshIndex", "ShowIndexes", "DropIndex", "QUERY_KINDS",
     "ORACLE_KINDS", "INDEX_METHODS", "DEFAULT_CONFIDENCE",
 ]
 
@@ -117,6 +117,8 @@ def describe(stmt: Statement) -> str:
     if isinstance(stmt, CreateIndex):
         return (f"build {stmt.method} index {stmt.name} on video {stmt.video}"
                 f"{_options(stmt.options)}")
+    if isinstance(stmt, RefreshIndex):
+        return f"rebuild index {stmt.name} over every frame loaded now (retraining)"
     if isinstance(stmt, ShowIndexes):
         return "list the indexes"
     if isinstance(stmt, DropIndex):

@@ -8,8 +8,8 @@ import duckdb
 import pandas as pd
 
 from .dialect import (AlterVideoPath, CreateIndex, CreateOracle, DropIndex, DropOracle,
-                      DropVideo, LoadVideo, PlainSQL, Query, SetOracle, ShowIndexes, ShowOracles,
-                      ShowVideos, describe, parse_script)
+                      DropVideo, LoadVideo, PlainSQL, Query, RefreshIndex, SetOracle, ShowIndexes,
+                      ShowOracles, ShowVideos, describe, parse_script)
 from .dialect_lex import tokenize
 from vidql.errors import CatalogError, ParameterError, QueryError
 from .exact import run_exact
@@ -18,7 +18,7 @@ from .result import Report, Result
 
 
 CATALOG_WRITES = (LoadVideo, DropVideo, CreateOracle, DropOracle, SetOracle, AlterVideoPath,
-                  CreateIndex, DropIndex)
+                  CreateIndex, DropIndex, RefreshIndex)
 
 
 def execute_script(db, text: str, scope: dict | None = None):
@@ -120,6 +120,14 @@ def _create_index(db, stmt: CreateIndex) -> Result:
                         "cached)")
 
 
+def _refresh_index(db, stmt: RefreshIndex) -> Result:
+    index = db.indexes.refresh(stmt.name, progress=db.progress)
+    used, new = index.stats["oracle_calls"], index.stats["newly_labelled"]
+    return _message(db, f"refreshed index {stmt.name}: {index!r}, retrained over "
+                        f"{index.n_frames} frames, {new} frames newly labelled by the oracle "
+                        f"({used - new} of its {used} labels were cached)")
+
+
 def _drop_index(db, stmt: DropIndex) -> Result | None:
     if stmt.name.lower() in map(str.lower, db.indexes.names()):
         db.indexes.drop(stmt.name)
@@ -137,6 +145,7 @@ _HANDLERS = {
     SetOracle: _set_oracle,
     ShowOracles: lambda db, stmt: _frame(db, db.oracles()),
     CreateIndex: _create_index,
+    RefreshIndex: _refresh_index,
     ShowIndexes: lambda db, stmt: _frame(db, db.indexes.table()),
     DropIndex: _drop_index,
     PlainSQL: lambda db, stmt: _plain(db, stmt.sql),
