@@ -479,7 +479,8 @@ class TastiIndex:
 
     def _store_embeddings(self, d: Path) -> None:
         """`embeddings.npy` in `d`: left as it is when it holds them already (old rows never
-        change), rows added by `extend` appended in place when it holds a prefix, else
+        change), rows added by `extend` appended in place when it holds a prefix (and then
+        memory-mapped again, so a grown index does not keep them in memory), else
         rewritten."""
         target = (d / "embeddings.npy").resolve()
         saved = self._embeddings_rows if self._embeddings_file == target and target.is_file() else 0
@@ -487,6 +488,8 @@ class TastiIndex:
             return
         if not saved or not _append_npy_rows(target, self.embeddings, saved):
             _atomic_save(target, np.asarray(self.embeddings, dtype=np.float32))
+        elif not isinstance(self.embeddings, np.memmap):  # grown in memory: map the file again
+            self.embeddings = np.load(target, mmap_mode="r")[:self.n_frames]
         self._embeddings_file, self._embeddings_rows = target, self.n_frames
 
     def _write_crack(self, d: Path, number: int) -> None:

@@ -127,6 +127,7 @@ def test_extended_index_saves_by_appending_and_loads_the_same(clips, tmp_path):
     assert (tmp_path / "idx" / "distances.npy").stat().st_mtime_ns == distances_stamp
     assert (tmp_path / "idx" / "cracks" / "1.npz").is_file()  # the growth, appended
     assert (tmp_path / "idx" / "embeddings.npy").stat().st_ino == embeddings_file  # in place
+    assert isinstance(loaded.embeddings, np.memmap)  # mapped again, not kept in memory
     again = TastiIndex.load(tmp_path / "idx")
     assert again.n_frames == index.n_frames + b.n_frames
     assert np.array_equal(np.asarray(again.embeddings), loaded.embeddings)
