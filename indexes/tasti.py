@@ -361,28 +361,35 @@ class TastiIndex:
 
     # ---- growing ----------------------------------------------------------------------
 
-    def extend(self, source, label_fn: LabelFn, *, progress: bool = True) -> int:
+    def extend(self, source, label_fn: LabelFn, *, reps: int | None = None,
+               progress: bool = True) -> int:
         """Cover frames [n_frames, source's n_frames) too (a clip appended to a collection;
         the frames already covered keep their positions), without retraining: embed only
-        the new frames with the index's encoder (`FrameEncoder`), label `extension_reps`
-        new representatives among them through `label_fn` (a quarter at random, the rest
-        by farthest-point-first against all representatives), give the new frames their k
-        nearest representatives and update the old frames whose nearest set changes (as
-        `add_labels`). Cached proxies are dropped; `save` appends. What it cost is added to
-        `stats['extensions']`. Returns how many frames were added."""
+        the new frames with the index's encoder (`FrameEncoder`), label `reps` (default:
+        `extension_reps`) new representatives among them through `label_fn` (a quarter at
+        random, the rest by farthest-point-first against all representatives), give the
+        new frames their k nearest representatives and update the old frames whose nearest
+        set changes (as `add_labels`). Cached proxies are dropped; `save` appends. What it
+        cost is added to `stats['extensions']`. Returns how many frames were added.
+
+        A clip unlike the training frames (another street) embeds less well with a network
+        that never saw it: more `reps` make up for part of that, REFRESH INDEX (a rebuild)
+        for all of it."""
         old_n, new_n = self.n_frames, source_length(source)
         if new_n < old_n:
             raise ParameterError(f"the frame source has {new_n} frames, fewer than the {old_n} "
                                  "the index covers: REFRESH INDEX to rebuild it")
         if new_n == old_n:
             return 0
+        reps = self.extension_reps(new_n - old_n) if reps is None else \
+            check_int("reps (new representatives)", reps, 1, new_n - old_n)
         encoder = self.load_encoder()
         t0 = time.perf_counter()
         with cpu_threads(self.stats.get("torch_threads", 1)):
             new_emb = encoder.embed(source, old_n, new_n, size=tuple(self.config["size"]),
                                     progress=progress)
         embedded = time.perf_counter()
-        picks = old_n + self._pick_new_reps(new_emb)
+        picks = old_n + self._pick_new_reps(new_emb, reps)
         labeller = _Labeller(label_fn, progress)
         labeller(picks, "labelling the new frames' representatives")
         labelled = time.perf_counter()
@@ -409,10 +416,9 @@ class TastiIndex:
         scale = self.config.get("reps", default_sizes(built)["reps"]) / default_sizes(built)["reps"]
         return max(1, min(int(count), round(default_sizes(count)["reps"] * scale)))
 
-    def _pick_new_reps(self, new_emb: np.ndarray) -> np.ndarray:
-        """Rows of `new_emb` to label: a quarter at random, the rest by FPF against every
-        representative (and the random ones)."""
-        n_reps = self.extension_reps(len(new_emb))
+    def _pick_new_reps(self, new_emb: np.ndarray, n_reps: int) -> np.ndarray:
+        """`n_reps` rows of `new_emb` to label: a quarter at random, the rest by FPF against
+        every representative (and the random ones)."""
         seed = int(self.config.get("seed", 0)) + 1
         chosen = random_representatives(len(new_emb), n_reps, seed=seed)
         old = len(self.rep_frames)

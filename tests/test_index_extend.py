@@ -94,6 +94,18 @@ def test_extend_labels_only_frames_of_the_new_clip(extended, clips):
         index.extend(ConcatSource([a]), oracle, progress=False)
 
 
+def test_extend_labels_as_many_new_representatives_as_asked(clips):
+    (a, b), labels = clips
+    oracle = CountingOracle(labels)
+    index = pixel_build(ConcatSource([a]), oracle)
+    with pytest.raises(ParameterError, match=r"reps \(new representatives\) must lie in \[1, 2000\]"):
+        index.extend(ConcatSource([a, b]), oracle, reps=0, progress=False)
+    assert index.n_frames == a.n_frames and oracle.calls == 50  # refused before any work
+    index.extend(ConcatSource([a, b]), oracle, reps=120, progress=False)
+    assert index.stats["extensions"][0]["oracle_calls"] == oracle.calls - 50 == 120
+    assert (index.rep_frames >= a.n_frames).sum() == 120
+
+
 def test_extended_neighbours_are_the_nearest_among_all_representatives(extended):
     index, _, _ = extended
     dist, pos = tasti.nearest(index.embeddings, index.embeddings[index.rep_frames], index.k)
