@@ -22,7 +22,7 @@ import pandas as pd
 
 from vidql.errors import CatalogError, OracleError, VideoError
 from .catalog_upgrade import upgrade_catalog
-from .clips import ClipMap, CollectionSource, clip_names, creation_timestamp, video_paths
+from .clips import ClipMap, clip_names, creation_timestamp, video_paths
 from .labelcache import SCHEMA_SQL, LabelCache
 from .sqlnames import quote_name
 from .oracle_api import Oracle
@@ -629,17 +629,16 @@ class Catalog:
                                            progress=self.progress)
         return self._caches[key]
 
-    def lowres_source(self, video: str) -> CollectionSource:
-        """Frames of a video for embedders and proxies (low resolution, by global position):
-        each clip's rendition when it has one, else the clip, resized."""
-        from vidql.preprocess import Rendition
+    def lowres_source(self, video: str):
+        """Frames of a video for embedders and proxies (low resolution, by global position:
+        a ConcatSource of its clips, each read from its rendition when it has one)."""
+        from vidql.preprocess.concat import ConcatSource, LowResSource
 
         name = self.video_row(video)["name"]
         clips = self.clip_table(name)
-        renditions = [Rendition.load(self.clip_dir(name, o) / "rendition")
-                      if (self.clip_dir(name, o) / "rendition").is_dir() else None
-                      for o in clips["ordinal"]]
-        return CollectionSource(ClipMap.of(clips), self.clip_infos(name), renditions)
+        dirs = [self.clip_dir(name, o) / "rendition" for o in clips["ordinal"]]
+        return ConcatSource([LowResSource(info, d if d.is_dir() else None)
+                             for info, d in zip(self.clip_infos(name), dirs, strict=True)])
 
     def _pixel_batches(self, name: str):
         """Original-resolution frames for the oracle, clip by clip, through the pipelined

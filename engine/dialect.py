@@ -38,13 +38,14 @@ from .dialect_statements import (DEFAULT_CONFIDENCE, INDEX_METHODS, QUERY_KINDS,
                                  Aggregate, Clauses, CreateIndex, CreateOracle, DropIndex,
                                  DropVideo, LoadVideo, OutputColumn, PlainSQL, Query, SetOracle,
                                  ShowIndexes, ShowOracles, ShowVideos, Statement,
-                                 AlterVideoPath, AlterVideoStart, DropOracle, ShowClips)
+                                 AlterVideoPath, AlterVideoStart, DropOracle, RefreshIndex,
+                                 ShowClips)
 from vidql.errors import QueryError
 
 __all__ = [
     "parse", "parse_script", "describe", "Statement", "Query", "Clauses", "Aggregate",
     "OutputColumn", "PlainSQL", "LoadVideo", "ShowVideos", "DropVideo", "CreateOracle",
-    "SetOracle", "ShowOracles", "DropOracle", "AlterVideoPath", "AlterVideoStart", "ShowClips", "CreateIndex", "ShowIndexes", "DropIndex", "QUERY_KINDS",
+    "SetOracle", "ShowOracles", "DropOracle", "AlterVideoPath", "AlterVideoStart", "ShowClips", "CreateIndex", "RefreshIndex", "ShowIndexes", "DropIndex", "QUERY_KINDS",
     "ORACLE_KINDS", "INDEX_METHODS", "DEFAULT_CONFIDENCE",
 ]
 
@@ -119,6 +120,7 @@ _DESCRIBE = {
                                 f"{s.start}"),
     CreateIndex: lambda s: (f"build {s.method} index {s.name} on video {s.video}"
                             f"{_options(s.options)}"),
+    RefreshIndex: lambda s: f"rebuild index {s.name} over every frame loaded now (retraining)",
     ShowIndexes: lambda s: "list the indexes",
     DropIndex: lambda s: f"drop index {s.name}" + _if_exists(s.if_exists),
     PlainSQL: lambda s: "DuckDB statement: " + _short(s.sql),

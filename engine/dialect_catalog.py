@@ -1,5 +1,5 @@
 """Catalog statements of the dialect: LOAD/SHOW/DROP/ALTER VIDEO, SHOW CLIPS, CREATE [OR REPLACE]/SET/
-SHOW/DROP ORACLE, CREATE/SHOW/DROP INDEX. Statements DuckDB also knows (DROP INDEX aside) keep their
+SHOW/DROP ORACLE, CREATE/REFRESH/SHOW/DROP INDEX. Statements DuckDB also knows (DROP INDEX aside) keep their
 DuckDB meaning: `LOAD httpfs`, `SET threads = 2`, `CREATE INDEX i ON t (col)`."""
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from .dialect_lex import Cursor, Token
 from .oracle_kinds import ORACLE_KINDS
 from .dialect_statements import (AlterVideoPath, AlterVideoStart, CreateIndex, CreateOracle,
                                  DropIndex, DropOracle, DropVideo, INDEX_METHODS, LoadVideo,
-                                 SetOracle, ShowClips, ShowIndexes, ShowOracles, ShowVideos)
+                                 RefreshIndex, SetOracle, ShowClips, ShowIndexes, ShowOracles,
+                                 ShowVideos)
 
 USAGE = {
     "LOAD VIDEO": ("write LOAD VIDEO 'path/to/video.mp4' AS name [WITH (rendition = 128)]; a "
@@ -23,6 +24,7 @@ USAGE = {
     "CREATE INDEX": ("write CREATE INDEX name ON video USING TASTI "
                      "[WITH (train = 1000, reps = 2000, k = 5)]"),
     "DROP INDEX": "write DROP INDEX [IF EXISTS] name",
+    "REFRESH INDEX": "write REFRESH INDEX name",
     "SHOW": "write SHOW VIDEOS, SHOW CLIPS video, SHOW ORACLES or SHOW INDEXES",
 }
 
@@ -32,7 +34,7 @@ def is_catalog_statement(tokens: list[Token]) -> bool:
     words = [t.word for t in tokens[:4]]
     head = tuple(words[:2])
     if head in (("LOAD", "VIDEO"), ("DROP", "VIDEO"), ("DROP", "INDEX"), ("CREATE", "ORACLE"),
-                ("SET", "ORACLE"), ("DROP", "ORACLE"), ("ALTER", "VIDEO")):
+                ("SET", "ORACLE"), ("DROP", "ORACLE"), ("ALTER", "VIDEO"), ("REFRESH", "INDEX")):
         return True
     if words[:4] == ["CREATE", "OR", "REPLACE", "ORACLE"]:
         return True
@@ -65,7 +67,7 @@ def parse_catalog(text: str, tokens: list[Token]):
     stmt = {"LOAD VIDEO": _load_video, "DROP VIDEO": _drop_video, "CREATE ORACLE": _create_oracle,
             "SET ORACLE": _set_oracle, "CREATE INDEX": _create_index,
             "DROP INDEX": _drop_index, "DROP ORACLE": _drop_oracle,
-            "ALTER VIDEO": _alter_video}[key](c, hint)
+            "ALTER VIDEO": _alter_video, "REFRESH INDEX": _refresh_index}[key](c, hint)
     _end(c, hint)
     return CreateOracle(stmt.name, stmt.kind, stmt.source, stmt.options, True) if replace else stmt
 
@@ -113,6 +115,10 @@ def _drop_video(c: Cursor, hint: str) -> DropVideo:
 def _drop_index(c: Cursor, hint: str) -> DropIndex:
     if_exists = _if_exists(c)
     return DropIndex(c.name("the index's name", hint), if_exists)
+
+
+def _refresh_index(c: Cursor, hint: str) -> RefreshIndex:
+    return RefreshIndex(c.name("the index's name", hint))
 
 
 def _drop_oracle(c: Cursor, hint: str) -> DropOracle:

@@ -109,6 +109,13 @@ class CreateIndex:
 
 
 @dataclass(frozen=True)
+class RefreshIndex:
+    """`REFRESH INDEX name`: rebuild (retrain) it with its options over all frames loaded now."""
+
+    name: str
+
+
+@dataclass(frozen=True)
 class ShowIndexes:
     """`SHOW INDEXES`."""
 
@@ -206,4 +213,5 @@ class Query:
 
 
 Statement = (LoadVideo | ShowVideos | DropVideo | CreateOracle | SetOracle | ShowOracles
-             | DropOracle | AlterVideoPath | CreateIndex | ShowIndexes | DropIndex | PlainSQL | Query)
+             | DropOracle | AlterVideoPath | CreateIndex | RefreshIndex | ShowIndexes | DropIndex
+             | PlainSQL | Query)

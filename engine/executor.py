@@ -7,9 +7,9 @@ from contextlib import contextmanager
 import duckdb
 import pandas as pd
 
-from .dialect import (AlterVideoPath, AlterVideoStart, CreateIndex, CreateOracle, DropIndex, DropOracle,
-                      DropVideo, LoadVideo, PlainSQL, Query, SetOracle, ShowIndexes, ShowOracles,
-                      ShowClips, ShowVideos, describe, parse_script)
+from .dialect import (AlterVideoPath, AlterVideoStart, CreateIndex, CreateOracle, DropIndex,
+                      DropOracle, DropVideo, LoadVideo, PlainSQL, Query, RefreshIndex, SetOracle,
+                      ShowClips, ShowIndexes, ShowOracles, ShowVideos, describe, parse_script)
 from .dialect_lex import tokenize
 from vidql.errors import CatalogError, ParameterError, QueryError
 from .exact import run_exact
@@ -18,8 +18,7 @@ from .result import Report, Result
 
 
 CATALOG_WRITES = (LoadVideo, DropVideo, CreateOracle, DropOracle, SetOracle, AlterVideoPath,
-                  AlterVideoStart,
-                  CreateIndex, DropIndex)
+                  AlterVideoStart, CreateIndex, DropIndex, RefreshIndex)
 
 
 def execute_script(db, text: str, scope: dict | None = None):
@@ -68,7 +67,7 @@ def _message(db, text: str) -> Result:
 
 def _load_video(db, stmt: LoadVideo) -> Result:
     """The video's SHOW VIDEOS row; with a `skipped` column naming the files skip_bad left
-    out and why."""
+    out and why, and (INTO) an `indexes` column saying how each index was extended."""
     options = dict(stmt.options)
     rendition = options.pop("rendition", None)
     skip_bad = options.pop("skip_bad", False)
@@ -90,6 +89,10 @@ def _load_video(db, stmt: LoadVideo) -> Result:
     frame = db.videos().query("name == @row['name']")
     if row["skipped"]:
         frame = frame.assign(skipped="; ".join(f"'{p}': {why}" for p, why in row["skipped"]))
+    if row["indexes"]:
+        frame = frame.assign(indexes="; ".join(
+            f"{name}: {how} frames added" if isinstance(how, int) else f"{name}: {how}"
+            for name, how in row["indexes"].items()))
     return _frame(db, frame)
 
 
@@ -137,6 +140,14 @@ def _create_index(db, stmt: CreateIndex) -> Result:
                         "cached)")
 
 
+def _refresh_index(db, stmt: RefreshIndex) -> Result:
+    index = db.indexes.refresh(stmt.name, progress=db.progress)
+    used, new = index.stats["oracle_calls"], index.stats["newly_labelled"]
+    return _message(db, f"refreshed index {stmt.name}: {index!r}, retrained over "
+                        f"{index.n_frames} frames, {new} frames newly labelled by the oracle "
+                        f"({used - new} of its {used} labels were cached)")
+
+
 def _drop_index(db, stmt: DropIndex) -> Result | None:
     if stmt.name.lower() in map(str.lower, db.indexes.names()):
         db.indexes.drop(stmt.name)
@@ -156,6 +167,7 @@ _HANDLERS = {
     SetOracle: _set_oracle,
     ShowOracles: lambda db, stmt: _frame(db, db.oracles()),
     CreateIndex: _create_index,
+    RefreshIndex: _refresh_index,
     ShowIndexes: lambda db, stmt: _frame(db, db.indexes.table()),
     DropIndex: _drop_index,
     PlainSQL: lambda db, stmt: _plain(db, stmt.sql),

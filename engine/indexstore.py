@@ -1,4 +1,4 @@
-"""TASTI indexes in the catalog: CREATE / SHOW / DROP INDEX, loading, cracking.
+"""TASTI indexes in the catalog: CREATE / REFRESH / SHOW / DROP INDEX, loading, cracking.
 
 An index lives in `<artifacts>/indexes/<name>/` and records the video fingerprint and the
 oracle identity it was built with; a changed video or oracle makes it stale (a clear
@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from .catalog import Catalog, check_name
-from vidql.errors import CatalogError, ParameterError
+from vidql.errors import CatalogError, ParameterError, VidqlError
 
 INDEX_OPTIONS = {"train": int, "reps": int, "k": int, "seed": int, "embedder": str,
                  "size": int, "dim": int, "triplets": int}
@@ -43,35 +43,129 @@ class IndexStore:
     def create(self, name: str, video: str, options: dict | None = None, *,
                oracle: str | None = None, progress: bool = True):
         """Build a TASTI index over `video`, labelling representatives with its oracle."""
-        from vidql.indexes import TastiIndex
-
         check_name("index", name)
         if name.lower() in (n.lower() for n in self.names()):
             raise CatalogError(f"an index named {name!r} already exists; DROP INDEX {name} first")
         row = self.catalog.video_row(video)
         options = self._check_options(options, row)
         video = row["name"]
-        cache = self.catalog.label_cache(video, oracle)
-        source = self.catalog.lowres_source(video)
-        size = source.proxy_size(options.pop("size", None))
-        identity = self._identity(video, cache.oracle.identity)
-        before = cache.stats.snapshot()
-        index = TastiIndex.build(source, cache.detections, size=size, progress=progress,
-                                 identity=identity, **options)
-        index.stats["newly_labelled"] = cache.stats.since(before).oracle_calls
+        index, stored, oracle_identity = self._build(video, options, oracle, progress)
         directory = self.directory(name)
         shutil.rmtree(directory, ignore_errors=True)
         index.save(directory)
-        stored = {**{k: v for k, v in index.config.items()}, "oracle": cache.oracle.name}
         try:
             self.catalog.run_atomically([("INSERT INTO vidql.indexes (name, video, method, options, "
                                    "oracle_identity) VALUES (?, ?, 'TASTI', ?, ?)",
-                                   [name, video, json.dumps(stored), cache.oracle.identity])])
+                                   [name, video, json.dumps(stored), oracle_identity])])
         except BaseException:
             shutil.rmtree(directory, ignore_errors=True)
             raise
         self._open[name] = index
         return index
+
+    def _build(self, video: str, options: dict, oracle: str | None, progress: bool,
+               threads: int | None = None):
+        """(index, options to store, oracle identity): a TASTI index over every frame of
+        `video` built with checked `options`, labelled by `oracle` (cached labels reused)."""
+        from vidql.indexes import TastiIndex
+
+        cache = self.catalog.label_cache(video, oracle)
+        source = self.catalog.lowres_source(video)
+        build = dict(options)
+        size = source.proxy_size(build.pop("size", None))
+        identity = self._identity(video, cache.oracle.identity)
+        before = cache.stats.snapshot()
+        index = TastiIndex.build(source, cache.detections, size=size, progress=progress,
+                                 identity=identity, threads=threads, **build)
+        index.stats["newly_labelled"] = cache.stats.since(before).oracle_calls
+        stored = {**index.config, "oracle": cache.oracle.name, "given": options}
+        return index, stored, cache.oracle.identity
+
+    def refresh(self, name: str, *, progress: bool = True):
+        """REFRESH INDEX: rebuild index `name` (retraining) over every frame of its video
+        loaded now, with the options and oracle it was created with, reusing cached labels
+        (and the build's torch threads, so unchanged frames give the same index and no
+        oracle call). The new files replace the old folder only once complete: a failed
+        refresh leaves the old index usable. Returns the new index."""
+        row = self._row(name)
+        name, video = row["name"], row["video"]
+        stored = json.loads(row["options"])
+        options = self._check_options(self._given_options(stored), self.catalog.video_row(video))
+        index, stored, oracle_identity = self._build(video, options, stored.get("oracle"),
+                                                     progress, self._built_threads(name))
+        directory = self.directory(name)
+        staging, old = (directory.with_name(f".{name}.{part}") for part in ("refresh", "old"))
+        for path in (staging, old):
+            shutil.rmtree(path, ignore_errors=True)
+        try:
+            index.save(staging)
+            if directory.is_dir():
+                directory.rename(old)
+            staging.rename(directory)
+            self.catalog.run_atomically([
+                ("UPDATE vidql.indexes SET options = ?, oracle_identity = ?, "
+                 "built_at = current_timestamp WHERE name = ?",
+                 [json.dumps(stored), oracle_identity, name])])
+        except BaseException:
+            if old.is_dir():
+                shutil.rmtree(directory, ignore_errors=True)
+                old.rename(directory)
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        shutil.rmtree(old, ignore_errors=True)
+        self._open.pop(name, None)
+        return self.get(name)
+
+    def extend_for_video(self, video: str, covered: int, *, progress: bool = True) -> dict:
+        """After clips were appended to `video` (which had `covered` frames): each index over
+        it that covered exactly those frames embeds only the new frames with its trained
+        embedder and labels representatives among them (farthest-point-first against the
+        existing ones); no retraining. Returns {index: frames added, or why it was left as
+        it is (then it is stale and REFRESH INDEX rebuilds it)}."""
+        from vidql.indexes import TastiIndex
+
+        done = {}
+        rows = self.con.execute("SELECT name, oracle_identity, options FROM vidql.indexes WHERE "
+                                "video = ? ORDER BY name", [video]).fetchall()
+        for name, oracle_identity, options in rows:
+            self._open.pop(name, None)
+            try:
+                index = TastiIndex.load(self.directory(name))
+                if index.n_frames != covered or index.identity.get("oracle") != oracle_identity:
+                    raise CatalogError(f"index {name!r} did not cover the video as loaded before")
+                cache = self.catalog.label_cache(video, json.loads(options).get("oracle"))
+                if cache.oracle.identity != oracle_identity:
+                    raise CatalogError(f"the oracle of index {name!r} changed since it was built")
+                added = index.extend(self.catalog.lowres_source(video), cache.detections,
+                                     progress=progress)
+                index.identity = self._identity(video, oracle_identity)
+                index.save(self.directory(name))
+            except VidqlError as exc:
+                done[name] = f"not extended ({exc}); REFRESH INDEX {name} rebuilds it"
+                continue
+            self._open[name] = index
+            done[name] = added
+        return done
+
+    @staticmethod
+    def _given_options(stored: dict) -> dict:
+        """The options an index was created with, from its catalog row: as given, or (rows
+        written before they were kept) the values its build used, `size` as a short side."""
+        if "given" in stored:
+            return stored["given"]
+        given = {k: stored[k] for k in INDEX_OPTIONS if k in stored and k != "size"}
+        if "size" in stored:
+            given["size"] = min(stored["size"])
+        return given
+
+    def _built_threads(self, name: str) -> int | None:
+        """The torch threads index `name` was built with; None when its files are unreadable."""
+        from vidql.indexes import TastiIndex
+
+        try:
+            return TastiIndex.load(self.directory(name)).stats.get("torch_threads")
+        except VidqlError:
+            return None
 
     @staticmethod
     def _check_options(options: dict | None, video_row: dict) -> dict:

@@ -27,19 +27,21 @@ def source_length(source) -> int:
 
 def embed_source(source, embed_batch: Callable[[np.ndarray], np.ndarray], dim: int, *,
                  size: tuple[int, int], batch_size: int = 256, dtype=np.float32,
-                 desc: str = "embedding", progress: bool = True) -> np.ndarray:
-    """Run `embed_batch` (uint8 B×H×W×3 -> B×dim) over every frame of `source` in order;
-    returns an n_frames×dim array of `dtype`."""
-    n_frames = source_length(source)
-    out = np.empty((n_frames, dim), dtype=dtype)
+                 desc: str = "embedding", progress: bool = True, start: int = 0,
+                 stop: int | None = None) -> np.ndarray:
+    """Run `embed_batch` (uint8 B×H×W×3 -> B×dim) over frames [start, stop) of `source`
+    (all by default) in order; returns a (stop - start)×dim array of `dtype`."""
+    stop = source_length(source) if stop is None else int(stop)
+    out = np.empty((stop - start, dim), dtype=dtype)
     seen = 0
-    with tqdm(total=n_frames, desc=desc, unit="frame", disable=not progress) as bar:
-        for indices, batch in source.iter_batches(batch_size, size=size):
-            out[indices] = embed_batch(batch)
+    with tqdm(total=stop - start, desc=desc, unit="frame", disable=not progress) as bar:
+        for indices, batch in source.iter_batches(batch_size, start, stop, size=size):
+            out[np.asarray(indices) - start] = embed_batch(batch)
             seen += len(indices)
             bar.update(len(indices))
-    if seen != n_frames:
-        raise VidqlError(f"the frame source gave {seen} frames, but says it has {n_frames}")
+    if seen != stop - start:
+        raise VidqlError(f"the frame source gave {seen} frames of [{start}, {stop}), but says "
+                         f"it has {stop - start}")
     return out
 
 
@@ -50,12 +52,46 @@ def thumbnail_size(size: tuple[int, int], long_side: int) -> tuple[int, int]:
     return max(1, round(w * scale)), max(1, round(h * scale))
 
 
+class PixelPCA:
+    """The pixel embedding's projection: `thumb` = (w, h) colour thumbnails, centred by
+    `mean`, on the principal `components` (a callable batch function, uint8 -> float32)."""
+
+    def __init__(self, thumb: tuple[int, int], mean: np.ndarray, components: np.ndarray):
+        self.thumb = (int(thumb[0]), int(thumb[1]))
+        self.mean = np.asarray(mean, dtype=np.float32)
+        self.components = np.asarray(components, dtype=np.float32)
+
+    @property
+    def dim(self) -> int:
+        return self.components.shape[1]
+
+    def project(self, rows: np.ndarray) -> np.ndarray:
+        return (rows.astype(np.float32) - self.mean) @ self.components
+
+    def __call__(self, batch: np.ndarray) -> np.ndarray:
+        return self.project(thumbnails(batch, self.thumb))
+
+
+def thumbnails(batch: np.ndarray, thumb: tuple[int, int]) -> np.ndarray:
+    """uint8 B×(w·h·3) rows: the frames' area-averaged `thumb` = (w, h) thumbnails."""
+    return np.stack([cv2.resize(f, thumb, interpolation=cv2.INTER_AREA)
+                     for f in batch]).reshape(len(batch), -1)
+
+
 def pixel_embeddings(source, *, size: tuple[int, int], dim: int = 64, long_side: int = 24,
                      seed: int = 0, fit_frames: int = 5000, chunk: int = 4096,
                      progress: bool = True) -> np.ndarray:
     """Cheap embedding without a model: colour thumbnails (area-averaged, ≤ `long_side` px),
-    projected on their top `dim` principal components (fitted on a seeded sample of
-    `fit_frames`).
+    projected on their top `dim` principal components (see `fit_pixel_embeddings`)."""
+    return fit_pixel_embeddings(source, size=size, dim=dim, long_side=long_side, seed=seed,
+                                fit_frames=fit_frames, chunk=chunk, progress=progress)[0]
+
+
+def fit_pixel_embeddings(source, *, size: tuple[int, int], dim: int = 64, long_side: int = 24,
+                         seed: int = 0, fit_frames: int = 5000, chunk: int = 4096,
+                         progress: bool = True) -> tuple[np.ndarray, PixelPCA]:
+    """The pixel embedding of every frame and its projection (`PixelPCA`, to embed frames
+    added later the same way), fitted on a seeded sample of `fit_frames`.
 
     Memory stays bounded: during the pass the thumbnails stream to a temporary file
     (w·h·3 bytes per frame on disk) and only the sample is kept; they are then projected
@@ -71,8 +107,7 @@ def pixel_embeddings(source, *, size: tuple[int, int], dim: int = 64, long_side:
         with tqdm(total=n_frames, desc="pixel embedding", unit="frame",
                   disable=not progress) as bar:
             for indices, batch in source.iter_batches(256, size=size):
-                thumbs = np.stack([cv2.resize(f, (tw, th), interpolation=cv2.INTER_AREA)
-                                   for f in batch]).reshape(len(batch), width)
+                thumbs = thumbnails(batch, (tw, th))
                 _spill_rows(spill, np.asarray(indices, dtype=np.int64), thumbs)
                 at = np.minimum(np.searchsorted(fit_rows, indices), len(fit_rows) - 1)
                 hit = fit_rows[at] == indices
@@ -84,14 +119,14 @@ def pixel_embeddings(source, *, size: tuple[int, int], dim: int = 64, long_side:
         sample = sample.astype(np.float32)
         mean = sample.mean(axis=0)
         _, _, vt = np.linalg.svd(sample - mean, full_matrices=False)
-        components = vt[:min(dim, len(vt))].T.astype(np.float32)
+        basis = PixelPCA((tw, th), mean, vt[:min(dim, len(vt))].T)
         del sample
-        out = np.empty((n_frames, components.shape[1]), dtype=np.float32)
+        out = np.empty((n_frames, basis.dim), dtype=np.float32)
         spill.seek(0)
         for start in range(0, n_frames, chunk):
             rows = np.fromfile(spill, dtype=np.uint8, count=min(chunk, n_frames - start) * width)
-            out[start:start + chunk] = (rows.reshape(-1, width).astype(np.float32) - mean) @ components
-    return out
+            out[start:start + chunk] = basis.project(rows.reshape(-1, width))
+    return out, basis
 
 
 def _spill_rows(spill, indices: np.ndarray, rows: np.ndarray) -> None:

@@ -7,7 +7,9 @@ is never sent twice. Every labelled frame is a representative and keeps its exac
 from __future__ import annotations
 
 import hashlib
+import io
 import json
+import os
 import time
 from pathlib import Path
 from typing import Callable
@@ -20,8 +22,9 @@ from vidql.files import atomic_path
 from vidql.errors import ParameterError, VidqlError
 from vidql.detections import DETECTION_COLUMNS, empty_detections, missing_columns, with_dtypes
 
-from .embedders import (embed_source, find_pretrained_weights, network_embedder,
-                        pixel_embeddings, pretrained_embeddings, source_length)
+from .embedders import (embed_source, find_pretrained_weights, fit_pixel_embeddings,
+                        network_embedder, pretrained_embeddings, source_length)
+from .encoder import FrameEncoder
 from .fpf import farthest_point_first, random_representatives
 from .neighbours import merge_nearest, nearest
 from .network import CompactCNN, cpu_threads, fastest_threads
@@ -138,7 +141,7 @@ class TastiIndex:
     def __init__(self, *, embeddings: np.ndarray, rep_frames: np.ndarray, labels: pd.DataFrame,
                  distances: np.ndarray, positions: np.ndarray, k: int, eps: float = DEFAULT_EPS,
                  identity: dict | None = None, config: dict | None = None,
-                 stats: dict | None = None):
+                 stats: dict | None = None, encoder: FrameEncoder | None = None):
         self.embeddings = embeddings            # float32 n_frames×d
         self.rep_frames = np.asarray(rep_frames, dtype=np.int64)  # representative j's frame
         self.labels = labels                    # detections of the representatives
@@ -149,8 +152,11 @@ class TastiIndex:
         self.identity = dict(identity or {})
         self.config = dict(config or {})
         self.stats = dict(stats or {})
+        self.encoder = encoder                  # embeds frames added later (see `extend`)
         self.directory: Path | None = None      # where it was last saved or loaded from
         self._embeddings_file: Path | None = None  # a saved copy of `embeddings`
+        self._embeddings_rows = 0                  # how many of its rows hold them
+        self._encoder_meta: dict | None = None     # the saved encoder's metadata entry
         self._proxies: dict[str, np.ndarray] = {}
         self._saved: dict | None = None         # what `directory` holds: cracks, reps, proxies
         self._changed: list[np.ndarray] | None = []  # neighbour rows changed since; None: all
@@ -232,12 +238,16 @@ class TastiIndex:
         train_frames = np.empty(0, dtype=np.int64)
         if cfg["embedder"] == "pretrained":
             emb = pretrained_embeddings(source, size=size, weights=weights, progress=progress)
+            encoder = FrameEncoder("pretrained", weights=find_pretrained_weights(weights))
             stats["embedding"] = "pretrained ResNet-18"
         elif cfg["embedder"] == "pixel":
-            emb = pixel_embeddings(source, size=size, seed=cfg["seed"], progress=progress)
+            emb, basis = fit_pixel_embeddings(source, size=size, seed=cfg["seed"],
+                                              progress=progress)
+            encoder = FrameEncoder("pixel", basis)
             stats["embedding"] = "pixel thumbnail PCA"
         else:
-            emb, stats["mining_embedding"] = cls._mining_embedding(source, cfg, progress, weights)
+            emb, stats["mining_embedding"], encoder = cls._mining_embedding(source, cfg, progress,
+                                                                            weights)
             train_frames = np.sort(farthest_point_first(emb, cfg["train"], seed=cfg["seed"]))
         lap("mining_embedding" if cfg["embedder"] == "triplet" else "embedding")
         random_reps = random_representatives(len(emb), cfg["reps"], already=train_frames,
@@ -256,6 +266,7 @@ class TastiIndex:
                 del emb  # the mining embedding: not needed beside the triplet one
                 emb = embed_source(source, network_embedder(model), cfg["dim"], size=size,
                                    desc="triplet embedding", progress=progress)
+                encoder = FrameEncoder("network", model)
                 stats["embedding"] = "triplet CNN"
                 lap("embedding")
         fpf_reps = farthest_point_first(emb, cfg["reps"] - len(labelled),
@@ -270,25 +281,29 @@ class TastiIndex:
             distances, positions = nearest(emb, emb[rep_frames], cfg["k"], progress=bar)
         lap("knn")
         seconds["total"] = round(sum(seconds.values()), 3)
-        stats.update(oracle_calls=labeller.calls, reps=len(rep_frames), seconds=seconds)
+        stats.update(oracle_calls=labeller.calls, reps=len(rep_frames), seconds=seconds,
+                     built_frames=len(emb))
         return cls(embeddings=emb, rep_frames=rep_frames,
                    labels=_clean_labels(labeller.labels(), rep_frames), distances=distances,
                    positions=positions, k=cfg["k"], eps=eps, identity=identity, config=cfg,
-                   stats=stats)
+                   stats=stats, encoder=encoder)
 
     @staticmethod
-    def _mining_embedding(source, cfg, progress, weights) -> tuple[np.ndarray, str]:
-        """Pretrained ResNet-18 features when local weights exist, else the pixel embedding."""
+    def _mining_embedding(source, cfg, progress, weights
+                          ) -> tuple[np.ndarray, str, FrameEncoder]:
+        """Pretrained ResNet-18 features when local weights exist, else the pixel embedding
+        (with its name and encoder)."""
         size = tuple(cfg["size"])
         try:
-            find_pretrained_weights(weights)
+            path = find_pretrained_weights(weights)
         except VidqlError:
             if weights is not None:
                 raise
-            return (pixel_embeddings(source, size=size, seed=cfg["seed"], progress=progress),
-                    "pixel thumbnail PCA")
-        return (pretrained_embeddings(source, size=size, weights=weights, progress=progress),
-                "pretrained ResNet-18")
+            emb, basis = fit_pixel_embeddings(source, size=size, seed=cfg["seed"],
+                                              progress=progress)
+            return emb, "pixel thumbnail PCA", FrameEncoder("pixel", basis)
+        return (pretrained_embeddings(source, size=size, weights=path, progress=progress),
+                "pretrained ResNet-18", FrameEncoder("pretrained", weights=path))
 
     # ---- proxies ----------------------------------------------------------------------
 
@@ -344,6 +359,81 @@ class TastiIndex:
         self._proxies.clear()
         return len(new)
 
+    # ---- growing ----------------------------------------------------------------------
+
+    def extend(self, source, label_fn: LabelFn, *, reps: int | None = None,
+               progress: bool = True) -> int:
+        """Cover frames [n_frames, source's n_frames) too (a clip appended to a collection;
+        the frames already covered keep their positions), without retraining: embed only
+        the new frames with the index's encoder (`FrameEncoder`), label `reps` (default:
+        `extension_reps`) new representatives among them through `label_fn` (a quarter at
+        random, the rest by farthest-point-first against all representatives), give the
+        new frames their k nearest representatives and update the old frames whose nearest
+        set changes (as `add_labels`). Cached proxies are dropped; `save` appends. What it
+        cost is added to `stats['extensions']`. Returns how many frames were added.
+
+        A clip unlike the training frames (another street) embeds less well with a network
+        that never saw it: more `reps` make up for part of that, REFRESH INDEX (a rebuild)
+        for all of it."""
+        old_n, new_n = self.n_frames, source_length(source)
+        if new_n < old_n:
+            raise ParameterError(f"the frame source has {new_n} frames, fewer than the {old_n} "
+                                 "the index covers: REFRESH INDEX to rebuild it")
+        if new_n == old_n:
+            return 0
+        reps = self.extension_reps(new_n - old_n) if reps is None else \
+            check_int("reps (new representatives)", reps, 1, new_n - old_n)
+        encoder = self.load_encoder()
+        t0 = time.perf_counter()
+        with cpu_threads(self.stats.get("torch_threads", 1)):
+            new_emb = encoder.embed(source, old_n, new_n, size=tuple(self.config["size"]),
+                                    progress=progress)
+        embedded = time.perf_counter()
+        picks = old_n + self._pick_new_reps(new_emb, reps)
+        labeller = _Labeller(label_fn, progress)
+        labeller(picks, "labelling the new frames' representatives")
+        labelled = time.perf_counter()
+        dist, pos = nearest(new_emb, self.embeddings[self.rep_frames], self.k)
+        self.embeddings = np.concatenate([self.embeddings, new_emb])
+        self.distances = np.concatenate([self.distances, dist])
+        self.positions = np.concatenate([self.positions, pos])
+        if self._changed is not None:
+            self._changed.append(np.arange(old_n, new_n))
+        self._proxies.clear()
+        self.add_labels(labeller.labels(), picks)
+        done = time.perf_counter()
+        self.stats.setdefault("extensions", []).append({
+            "frames": [old_n, new_n], "oracle_calls": labeller.calls, "reps": len(picks),
+            "seconds": {"embedding": round(embedded - t0, 3),
+                        "label_reps": round(labelled - embedded, 3),
+                        "knn": round(done - labelled, 3), "total": round(done - t0, 3)}})
+        return new_n - old_n
+
+    def extension_reps(self, count: int) -> int:
+        """Representatives for `count` added frames: the build's default rule for that many
+        frames (`default_sizes`), scaled as the build's `reps` was to its default."""
+        built = int(self.stats.get("built_frames", self.n_frames))
+        scale = self.config.get("reps", default_sizes(built)["reps"]) / default_sizes(built)["reps"]
+        return max(1, min(int(count), round(default_sizes(count)["reps"] * scale)))
+
+    def _pick_new_reps(self, new_emb: np.ndarray, n_reps: int) -> np.ndarray:
+        """`n_reps` rows of `new_emb` to label: a quarter at random, the rest by FPF against
+        every representative (and the random ones)."""
+        seed = int(self.config.get("seed", 0)) + 1
+        chosen = random_representatives(len(new_emb), n_reps, seed=seed)
+        old = len(self.rep_frames)
+        pool = np.concatenate([self.embeddings[self.rep_frames], new_emb])
+        fpf = farthest_point_first(pool, n_reps - len(chosen),
+                                   initial=np.concatenate([np.arange(old), old + chosen]),
+                                   seed=seed)
+        return np.concatenate([chosen, fpf - old])
+
+    def load_encoder(self) -> FrameEncoder:
+        """The encoder that embedded the frames (read from the saved index on first use)."""
+        if self.encoder is None:
+            self.encoder = FrameEncoder.load(self.directory, self._encoder_meta)
+        return self.encoder
+
     # ---- persistence ------------------------------------------------------------------
 
     def save(self, directory: str | Path) -> Path:
@@ -358,8 +448,9 @@ class TastiIndex:
         on_disk = {}  # proxies already saved for the current state
         if appendable:
             cracks = self._saved["cracks"]
-            if len(self.rep_frames) > self._saved["reps"]:
+            if len(self.rep_frames) > self._saved["reps"] or self.n_frames > self._saved["n_frames"]:
                 cracks += 1
+                self._store_embeddings(d)
                 self._write_crack(d, cracks)
             else:
                 on_disk = self._saved["proxies"]
@@ -369,10 +460,11 @@ class TastiIndex:
         proxies = self._write_proxies(d, cracks, on_disk)
         meta = dict(format=FORMAT_VERSION, n_frames=self.n_frames, k=self.k, eps=self.eps,
                     identity=self.identity, config=self.config, stats=self.stats,
-                    cracks=cracks, proxies=proxies)
+                    cracks=cracks, proxies=proxies, encoder=self._encoder_meta)
         with atomic_path(d / "meta.json") as tmp:
             tmp.write_text(json.dumps(meta, indent=2, default=_json_default))
-        self._saved = {"cracks": cracks, "reps": len(self.rep_frames), "proxies": proxies}
+        self._saved = {"cracks": cracks, "reps": len(self.rep_frames), "proxies": proxies,
+                       "n_frames": self.n_frames}
         self._changed = []
         _remove_unlisted(d, cracks, proxies)
         return d
@@ -382,25 +474,40 @@ class TastiIndex:
         (d / "proxies").mkdir(parents=True, exist_ok=True)
         (d / "cracks").mkdir(exist_ok=True)
         (d / "meta.json").unlink(missing_ok=True)  # an interrupted save reads as no index
-        target = (d / "embeddings.npy").resolve()
-        if self._embeddings_file != target or not target.is_file():  # embeddings never change
-            _atomic_save(target, np.asarray(self.embeddings, dtype=np.float32))
-            self._embeddings_file = target
+        self._store_embeddings(d)
+        if self.encoder is not None or self._encoder_meta:
+            self._encoder_meta = self.load_encoder().save(d)
         _atomic_save(d / "rep_frames.npy", self.rep_frames)
         _atomic_save(d / "distances.npy", self.distances)
         _atomic_save(d / "positions.npy", self.positions)
         _atomic_parquet(self.labels, d / "labels.parquet")
         return 0
 
+    def _store_embeddings(self, d: Path) -> None:
+        """`embeddings.npy` in `d`: left as it is when it holds them already (old rows never
+        change), rows added by `extend` appended in place when it holds a prefix (and then
+        memory-mapped again, so a grown index does not keep them in memory), else
+        rewritten."""
+        target = (d / "embeddings.npy").resolve()
+        saved = self._embeddings_rows if self._embeddings_file == target and target.is_file() else 0
+        if saved == self.n_frames:
+            return
+        if not saved or not _append_npy_rows(target, self.embeddings, saved):
+            _atomic_save(target, np.asarray(self.embeddings, dtype=np.float32))
+        elif not isinstance(self.embeddings, np.memmap):  # grown in memory: map the file again
+            self.embeddings = np.load(target, mmap_mode="r")[:self.n_frames]
+        self._embeddings_file, self._embeddings_rows = target, self.n_frames
+
     def _write_crack(self, d: Path, number: int) -> None:
         """Crack file `number`: representatives added since the last save, their labels, and
-        the neighbour rows that changed (written before the metadata that lists it)."""
+        the neighbour rows that changed or were added by `extend` (written before the
+        metadata that lists it)."""
         rows = np.unique(np.concatenate([np.empty(0, np.int64), *self._changed]))
         new = self.rep_frames[self._saved["reps"]:]
         _atomic_parquet(self.labels[self.labels["frame"].isin(new)], d / "cracks" / f"{number}.parquet")
         with atomic_path(d / "cracks" / f"{number}.npz") as tmp, open(tmp, "wb") as fh:
             np.savez(fh, reps=new, rows=rows, distances=self.distances[rows],
-                     positions=self.positions[rows])
+                     positions=self.positions[rows], n_frames=self.n_frames)
 
     def _write_proxies(self, d: Path, cracks: int, on_disk: dict) -> dict:
         """Cached proxies as files named for this state ({statistic: file name}); those in
@@ -434,7 +541,7 @@ class TastiIndex:
                     f"index in '{d}' was built for {key} = {identity.get(key)!r}, but "
                     f"{wanted!r} is expected; it is stale and must be rebuilt")
         try:
-            index = cls(embeddings=np.load(d / "embeddings.npy", mmap_mode="r"),
+            index = cls(embeddings=np.load(d / "embeddings.npy", mmap_mode="r")[:meta["n_frames"]],
                         rep_frames=np.load(d / "rep_frames.npy"),
                         labels=pd.read_parquet(d / "labels.parquet"),
                         distances=np.load(d / "distances.npy"),
@@ -454,14 +561,22 @@ class TastiIndex:
         index._proxies = proxies
         index.directory = d
         index._embeddings_file = (d / "embeddings.npy").resolve()
+        index._embeddings_rows = index.n_frames
+        index._encoder_meta = meta.get("encoder")
         index._saved = {"cracks": meta.get("cracks", 0), "reps": len(index.rep_frames),
-                        "proxies": dict(meta.get("proxies", {}))}
+                        "proxies": dict(meta.get("proxies", {})), "n_frames": index.n_frames}
         index._changed = []
         return index
 
     def _apply_crack(self, d: Path, number: int) -> None:
         with np.load(d / "cracks" / f"{number}.npz") as z:
             rows = z["rows"]
+            grown = int(z["n_frames"]) - len(self.distances) if "n_frames" in z else 0
+            if grown > 0:  # rows of frames added by `extend`, all listed in `rows`
+                self.distances = np.concatenate(
+                    [self.distances, np.empty((grown, self.distances.shape[1]), np.float32)])
+                self.positions = np.concatenate(
+                    [self.positions, np.empty((grown, self.positions.shape[1]), np.int32)])
             self.distances[rows] = z["distances"]
             self.positions[rows] = z["positions"]
             self.rep_frames = np.concatenate([self.rep_frames, z["reps"]])
@@ -479,6 +594,38 @@ def _remove_unlisted(d: Path, cracks: int, proxies: dict) -> None:
         number = path.name.split(".")[0]
         if not number.isdigit() or int(number) > cracks or (cracks == 0):
             path.unlink(missing_ok=True)
+
+
+def _append_npy_rows(path: Path, array: np.ndarray, start: int) -> bool:
+    """Write rows [start:] of `array` after the first `start` rows of the C-order `.npy` file
+    at `path` (dropping any rows past them), then grow the row count in its header in place
+    (numpy pads headers for that); False, with the file's first `start` rows intact, when
+    its format differs or its header has no room (then rewrite it). Readers of the file
+    must take only the rows their metadata counts: an interrupted append leaves more."""
+    tail = np.ascontiguousarray(array[start:], dtype=np.float32)
+    with open(path, "r+b") as fh:
+        version = np.lib.format.read_magic(fh)
+        if version != (1, 0):
+            return False
+        shape, fortran, dtype = np.lib.format.read_array_header_1_0(fh)
+        offset = fh.tell()
+        header = io.BytesIO()
+        np.lib.format.write_array_header_1_0(header, {
+            "descr": np.lib.format.dtype_to_descr(tail.dtype), "fortran_order": False,
+            "shape": (len(array), *tail.shape[1:])})
+        if (fortran or dtype != tail.dtype or tuple(shape[1:]) != tail.shape[1:]
+                or shape[0] < start or len(header.getvalue()) != offset):
+            return False
+        fh.truncate(offset + start * tail.dtype.itemsize * int(np.prod(tail.shape[1:])))
+        fh.seek(0, io.SEEK_END)
+        fh.write(tail.tobytes())
+        fh.flush()
+        os.fsync(fh.fileno())
+        fh.seek(0)
+        fh.write(header.getvalue())
+        fh.flush()
+        os.fsync(fh.fileno())
+    return True
 
 
 def _atomic_parquet(df: pd.DataFrame, path: Path) -> None:

@@ -335,3 +335,30 @@ def test_group_by_clip_intervals_cover_every_clip_at_once_in_200_trials(clips):
         covered += all(res.ci_low <= means[k] <= res.ci_high
                        for k, res in zip(r.keys, r.results, strict=True))
     assert covered >= 186, f"joint coverage {covered}/200"
+
+
+def test_appending_to_an_indexed_collection_extends_the_index(clips, tmp_path):
+    """INTO an indexed collection: only the new clip is embedded and only representatives
+    among its frames are labelled; the index then covers every frame, after a reopen too."""
+    folder, labels, truth = clips
+    path = tmp_path / "idx.db"
+    with vidql.connect(path, progress=False) as db:
+        db.sql(f"LOAD VIDEO ('{folder}/cam0.mp4', '{folder}/cam1.mp4') AS cams; CREATE ORACLE "
+               f"truth FROM LABELS '{labels}'; SET ORACLE cams = truth; CREATE INDEX ci ON cams "
+               f"WITH (embedder = 'pixel', reps = 40, seed = 0)")
+        before = db.sql("SELECT clip, frame FROM vidql.labelled").df()
+        r = db.sql(f"LOAD VIDEO '{folder}/cam2.mp4' INTO cams").df()
+        new = db.sql("SELECT clip, frame FROM vidql.labelled").df()
+        assert len(new) > len(before)
+        assert set(new["clip"][~new.set_index(["clip", "frame"]).index.isin(
+            before.set_index(["clip", "frame"]).index)]) == {"cam2"}
+        assert "ci: 240 frames added" in r["indexes"].iloc[0]
+    with vidql.connect(path, progress=False) as db:
+        proxy = db.proxy("cams", "objects('car')")
+        assert len(proxy) == 3 * FRAMES
+        every = np.concatenate([_car_counts(truth, c) for c in ("cam0", "cam1", "cam2")])
+        r = db.sql("SELECT AVG(objects('car')) FROM cams ERROR WITHIN 0.5 USING INDEX ci "
+                   "SEED 1").df()
+        assert r["ci_low"].iloc[0] <= every.mean() <= r["ci_high"].iloc[0]
+        db.sql("REFRESH INDEX ci")
+        assert len(db.proxy("cams", "objects('car')")) == 3 * FRAMES

@@ -50,7 +50,7 @@ def test_catalog_examples(night, tmp_path, oracle_module):
     names = db.sql("SHOW ORACLES;").df()["name"].tolist()
     assert {"truth", "mine"} <= set(names)
     db.sql(f"LOAD VIDEO '{video}' AS night_lr WITH (rendition = 128);")
-    assert db.catalog.lowres_source("night_lr").renditions[0] is not None
+    assert db.catalog.lowres_source("night_lr").sources[0].rendition is not None
     db.sql("DROP VIDEO night_lr;")
     assert db.sql("SHOW VIDEOS;").df()["name"].tolist() == ["night"]
 
