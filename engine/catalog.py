@@ -106,6 +106,7 @@ class Catalog:
         self._oracles: dict[str, tuple[Oracle, tuple]] = {}  # name -> (oracle, source stats)
         self._caches: dict[tuple[str, str], LabelCache] = {}
         self._infos: dict[str, object] = {}
+        self.executor = None  # a RayExecutor (engine.ray_executor) when not local
         if not read_only:  # a read-only file has its catalog tables (or is no vidql database)
             con.execute(CATALOG_SQL)
             self._upgrade_objects_views()
@@ -445,9 +446,22 @@ class Catalog:
         key = (row["name"], o.identity)
         if key not in self._caches:
             info = self.video_info(row["name"])
+            if self.executor is not None:  # the same identity, labelled on Ray actors
+                from .ray_executor import single_clip
+
+                name, kind, source, options, _ = self._oracle_row(o.name)
+                o = self.executor.oracle(o, (name, kind, source, json.loads(options)),
+                                         single_clip(info))
             self._caches[key] = LabelCache(self.con, row["name"], info.frame_count, o,
                                            self._pixel_batches(info), progress=self.progress)
         return self._caches[key]
+
+    def set_executor(self, executor) -> None:
+        """Run labelling (and embedding) on `executor` (None: in this process) from now on."""
+        for cache in self._caches.values():
+            getattr(cache.oracle, "close", lambda: None)()
+        self._caches.clear()
+        self.executor = executor
 
     def lowres_source(self, video: str) -> "LowResSource":
         """Frames of a video for embedders and proxies (low resolution, original numbering)."""

@@ -36,7 +36,8 @@ from .dialect_query import parse_query
 from .oracle_kinds import ORACLE_KINDS
 from .dialect_statements import (DEFAULT_CONFIDENCE, INDEX_METHODS, QUERY_KINDS,
                                  Aggregate, Clauses, CreateIndex, CreateOracle, DropIndex,
-                                 DropVideo, LoadVideo, OutputColumn, PlainSQL, Query, SetOracle,
+                                 DropVideo, LoadVideo, OutputColumn, PlainSQL, Query, SetExecutor,
+                                 SetOracle,
                                  ShowIndexes, ShowOracles, ShowVideos, Statement,
                                  AlterVideoPath, DropOracle)
 from vidql.errors import QueryError
@@ -44,7 +45,8 @@ from vidql.errors import QueryError
 __all__ = [
     "parse", "parse_script", "describe", "Statement", "Query", "Clauses", "Aggregate",
     "OutputColumn", "PlainSQL", "LoadVideo", "ShowVideos", "DropVideo", "CreateOracle",
-    "SetOracle", "ShowOracles", "DropOracle", "AlterVideoPath", "CreateIndex", "ShowIndexes", "DropIndex", "QUERY_KINDS",
+    "SetOracle", "SetExecutor", "ShowOracles", "DropOracle", "AlterVideoPath", "CreateIndex",
+    "ShowIndexes", "DropIndex", "QUERY_KINDS",
     "ORACLE_KINDS", "INDEX_METHODS", "DEFAULT_CONFIDENCE",
 ]
 
@@ -106,6 +108,8 @@ def describe(stmt: Statement) -> str:
     if isinstance(stmt, CreateOracle):
         return (f"create {'or replace ' if stmt.replace else ''}oracle {stmt.name} from {stmt.kind} '{stmt.source}'"
                 f"{_options(stmt.options)}")
+    if isinstance(stmt, SetExecutor):
+        return f"run labelling and index embedding on the {stmt.executor!r} executor"
     if isinstance(stmt, SetOracle):
         return f"make {stmt.oracle} the default oracle of video {stmt.video}"
     if isinstance(stmt, ShowOracles):

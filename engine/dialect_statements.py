@@ -66,6 +66,14 @@ class AlterVideoPath:
 
 
 @dataclass(frozen=True)
+class SetExecutor:
+    """`SET EXECUTOR = 'ray'`: where labelling and index embedding run ('local', 'ray',
+    'ray://host:port')."""
+
+    executor: str
+
+
+@dataclass(frozen=True)
 class SetOracle:
     """`SET ORACLE video = oracle`: the default oracle of a video."""
 
@@ -185,5 +193,5 @@ class Query:
         return None
 
 
-Statement = (LoadVideo | ShowVideos | DropVideo | CreateOracle | SetOracle | ShowOracles
+Statement = (LoadVideo | ShowVideos | DropVideo | CreateOracle | SetOracle | SetExecutor | ShowOracles
              | DropOracle | AlterVideoPath | CreateIndex | ShowIndexes | DropIndex | PlainSQL | Query)
