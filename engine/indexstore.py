@@ -56,11 +56,16 @@ class IndexStore:
         size = source.proxy_size(options.pop("size", None))
         identity = self._identity(video, cache.oracle.identity)
         before = cache.stats.snapshot()
-        index = TastiIndex.build(source, cache.detections, size=size, progress=progress,
-                                 identity=identity, **options)
-        index.stats["newly_labelled"] = cache.stats.since(before).oracle_calls
         directory = self.directory(name)
         shutil.rmtree(directory, ignore_errors=True)
+        executor = self.catalog.executor  # embedding chunks written under the index's folder
+        chunk_map = None if executor is None else executor.embedding_map(source, directory / "chunks")
+        try:
+            index = TastiIndex.build(source, cache.detections, size=size, progress=progress,
+                                     identity=identity, chunk_map=chunk_map, **options)
+        finally:
+            shutil.rmtree(directory, ignore_errors=True)
+        index.stats["newly_labelled"] = cache.stats.since(before).oracle_calls
         index.save(directory)
         stored = {**{k: v for k, v in index.config.items()}, "oracle": cache.oracle.name}
         try:

@@ -9,9 +9,7 @@ files in a shared scratch folder. `ray` is optional: `pip install vidql[ray]`.
 from __future__ import annotations
 
 import os
-import shutil
 import sys
-import tempfile
 import time
 import uuid
 from collections import deque
@@ -95,6 +93,18 @@ class RayExecutor:
         """`oracle` (built from catalog `entry` = (name, kind, source, options)) on actors."""
         return RayOracle(self, oracle, entry, locate)
 
+    def embedding_map(self, source, scratch: Path):
+        """A `chunk_map(fn, batch_size)` for the index's embedding passes over `source`
+        (indexes.embedders.ChunkMap): about 4 chunks per worker, GOP-aligned on the batch
+        grid, each a Ray task writing its rows under `scratch`."""
+        keyframes = source_keyframes(source)
+
+        def chunk_map(fn, batch_size: int):
+            ranges = chunk_ranges(source.n_frames, batch_size, 4 * self.slots(), keyframes)
+            return self.chunk_map(fn, ranges, scratch)
+
+        return chunk_map
+
     def chunk_map(self, fn: Callable[[int, int], np.ndarray], ranges: list[tuple[int, int]],
                   scratch: Path) -> Iterator[tuple[int, int, np.ndarray]]:
         """Run `fn(start, stop)` for each range as a Ray task that saves its array under
@@ -131,6 +141,14 @@ def save_chunk(fn: Callable[[int, int], np.ndarray], start: int, stop: int, path
     np.save(tmp, array)
     os.replace(tmp, path)
     return path
+
+
+def source_keyframes(source) -> np.ndarray:
+    """Keyframes (original frame numbers) of the file a LowResSource decodes."""
+    rendition = getattr(source, "rendition", None)
+    if rendition is not None:
+        return np.asarray(rendition.frames)[list(rendition.info.keyframes)]
+    return np.asarray(source.info.keyframes, dtype=np.int64)
 
 
 def chunk_ranges(n_frames: int, batch_size: int, chunks: int, keyframes=()) -> list[tuple[int, int]]:
@@ -285,7 +303,10 @@ class RayOracle(Oracle):
 
     def _new_actor(self):
         ray = self.executor.ray
-        cls = ray.remote(num_cpus=0 if self.num_gpus else 1, num_gpus=self.num_gpus)(OracleWorker)
+        # no CPU held for the actor's lifetime (the index's embedding tasks need the CPUs
+        # between labelling rounds); spread over the nodes instead
+        cls = ray.remote(num_cpus=0, num_gpus=self.num_gpus,
+                         scheduling_strategy="SPREAD")(OracleWorker)
         options = {k: v for k, v in self.entry[3].items() if k != "num_gpus"}
         return cls.remote((*self.entry[:3], options), import_root(self.inner, self.entry))
 
@@ -314,13 +335,3 @@ class RayOracle(Oracle):
         for actor in self.actors:
             self.executor.ray.kill(actor)
         self.actors = []
-
-
-def scratch_dir(root: Path) -> Path:
-    """A fresh scratch folder under `root` (shared storage) for embedding chunks."""
-    root.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(prefix="ray-chunks-", dir=root))
-
-
-def remove_scratch(path: Path) -> None:
-    shutil.rmtree(path, ignore_errors=True)
