@@ -41,7 +41,7 @@ def _scan(video, labels, executor: str, workers: int | None, work: int) -> dict:
 
     with vidql.connect(progress=False, executor=executor, workers=workers) as db:
         db.sql(f"LOAD VIDEO '{video}' AS t; CREATE ORACLE busy FROM PYTHON '{ORACLE}' "
-               f"WITH (work = {work}, batch_size = 16); SET ORACLE t = busy")
+               f"WITH (work = {work}, batch_size = 32); SET ORACLE t = busy")
         last = db.catalog.video_info("t").frame_count - 1
         db.sql(f"SELECT objects('car') FROM t WHERE frame = {last}")
         t0 = time.perf_counter()
@@ -80,7 +80,7 @@ def scale_out(ctx: BenchContext) -> ScenarioResult:
     from vidql.datasets import ensure_traffic
 
     n = ctx.size(1500, 10_000, tiny=120)
-    work = ctx.size(10, 10, tiny=1)
+    work = ctx.size(60, 60, tiny=1)
     video, labels = ensure_traffic(ctx.cache_dir, n, seed=1)
     started = not ray.is_initialized()
     if started:

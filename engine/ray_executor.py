@@ -110,6 +110,7 @@ class RayExecutor:
         """Run `fn(start, stop)` for each range as a Ray task that saves its array under
         `scratch` (shared storage); yield (start, stop, array) in range order."""
         task = self.ray.remote(num_cpus=1)(save_chunk)
+        fn_ref = self.ray.put(fn)  # sent once (it may hold a model), not once a chunk
         scratch.mkdir(parents=True, exist_ok=True)
         limit = self.slots()
         todo = deque(ranges)
@@ -120,11 +121,15 @@ class RayExecutor:
                 while todo and len(pending) < limit:
                     a, b = todo.popleft()
                     path = scratch / f"chunk-{a:012d}-{b:012d}-{uuid.uuid4().hex[:8]}.npy"
-                    pending[task.remote(fn, a, b, str(path))] = (a, b)
+                    pending[task.remote(fn_ref, a, b, str(path))] = (a, b)
                 while start not in done:
                     ready, _ = self.ray.wait(list(pending), num_returns=1)
                     a, b = pending.pop(ready[0])
-                    done[a] = (b, self.ray.get(ready[0]))
+                    try:
+                        done[a] = (b, self.ray.get(ready[0]))
+                    except self.ray.exceptions.RayTaskError as exc:
+                        raise VidqlError(f"embedding frames {a}..{b - 1} failed on the Ray "
+                                         f"cluster: {exc.cause!r}") from None
                 b, path = done.pop(start)
                 array = np.load(path)
                 os.unlink(path)
@@ -171,22 +176,22 @@ class OracleWorker:
         from .oracle_kinds import make_oracle
 
         if import_root and import_root not in sys.path:  # a PYTHON oracle's module
-            sys.path.insert(0, import_root)
+            sys.path.append(import_root)  # after installed packages
         self.oracle = make_oracle(*entry)
 
     def identity(self) -> str:
         return self.oracle.identity
 
-    def label(self, pieces: list) -> tuple[np.ndarray, pd.DataFrame, float]:
-        """Detections of the frames in `pieces` [(VideoInfo, local frames, positions)],
-        decoded here; frames are reported by position. Returns (positions, detections,
-        oracle seconds)."""
+    def label(self, pieces: list, *infos) -> tuple[np.ndarray, pd.DataFrame, float]:
+        """Detections of the frames in `pieces` [(local frames, positions)] of the clips
+        `infos` (VideoInfo each), decoded here; frames are reported by position. Returns
+        (positions, detections, oracle seconds)."""
         from contextlib import closing
 
         from vidql.preprocess import frame_batches
 
         found, seconds = [], 0.0
-        for info, local, positions in pieces:
+        for info, (local, positions) in zip(infos, pieces, strict=True):
             if not self.oracle.needs_pixels:
                 t0 = time.perf_counter()
                 found.append(self.oracle.detect(None, np.asarray(positions)))
@@ -199,7 +204,7 @@ class OracleWorker:
                     t0 = time.perf_counter()
                     found.append(self.oracle.detect(pixels, np.array([by_local[i] for i in ids])))
                     seconds += time.perf_counter() - t0
-        ids = np.concatenate([np.asarray(p, dtype=np.int64) for _, _, p in pieces])
+        ids = np.concatenate([np.asarray(p, dtype=np.int64) for _, p in pieces])
         return ids, pd.concat(found, ignore_index=True), seconds
 
 
@@ -228,6 +233,7 @@ class RayOracle(Oracle):
         self.num_gpus = float(NUM_GPUS.check("oracle option num_gpus", options.get("num_gpus", 0)))
         self.entry = (entry[0], entry[1], entry[2], options)
         self.actors: list = []
+        self._infos: dict[int, tuple] = {}  # id(VideoInfo) -> (it, its object ref)
         self.retried = 0  # batches resubmitted after an actor died
 
     def describe(self) -> str:
@@ -287,8 +293,16 @@ class RayOracle(Oracle):
         for actor in self.actors:
             while todo and load[id(actor)] < AHEAD:
                 batch, tries = todo.popleft()
-                pending[actor.label.remote(batch)] = (actor, batch, tries)
+                infos = [self._info_ref(info) for info, _, _ in batch]
+                ref = actor.label.remote([(local, pos) for _, local, pos in batch], *infos)
+                pending[ref] = (actor, batch, tries)
                 load[id(actor)] += 1
+
+    def _info_ref(self, info):
+        """A clip's VideoInfo in the object store, put once (it holds every frame's pts)."""
+        if id(info) not in self._infos:
+            self._infos[id(info)] = (info, self.executor.ray.put(info))
+        return self._infos[id(info)][1]
 
     def _replace(self, actor, batch: list, tries: int, exc: Exception) -> None:
         """An actor died: forget it and start another in its place (its queued batches

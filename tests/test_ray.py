@@ -177,3 +177,52 @@ def test_oracle_failure_on_an_actor_is_an_oracle_error(small_traffic, python_pat
                "WITH (fail = true); SET ORACLE t = bad")
         with pytest.raises(vidql.OracleError, match="failed on a Ray actor"):
             db.sql("SELECT sum(objects('car')) FROM t")
+
+
+CHILD = """
+import os, signal, sys
+import vidql
+sys.path.insert(0, {moddir!r})
+with vidql.connect({db!r}, progress=False, executor="ray") as db:  # joins $RAY_ADDRESS
+    db.sql("LOAD VIDEO '{video}' AS t; CREATE ORACLE bright FROM PYTHON 'vq_ray_oracle:Bright' "
+           "WITH (batch_size = 8, delay = 0.02); SET ORACLE t = bright")
+    oracle = db.labels("t").oracle
+    stream, sizes = oracle.detect_stream, []
+
+    def dying(frames, batch_size):
+        for ids, det, seconds in stream(frames, batch_size):
+            if len(sizes) == 4:  # the label cache committed the four batches before this one
+                print(sum(sizes), flush=True)
+                os.kill(os.getpid(), signal.SIGKILL)
+            sizes.append(len(ids))
+            yield ids, det, seconds
+
+    oracle.detect_stream = dying
+    db.sql("SELECT sum(objects('car')) FROM t")
+print("finished")
+"""
+
+
+def test_sigkill_of_the_driver_keeps_committed_batches(small_traffic, python_path, tmp_path):
+    """A driver on the cluster killed mid-scan: its committed batches are in the database,
+    and a reopened database labels only the rest, with the local answer."""
+    import os
+    import subprocess
+    import sys
+
+    video, labels = small_traffic
+    db_path = tmp_path / "kill.db"
+    script = CHILD.format(moddir=str(python_path), db=str(db_path), video=str(video))
+    env = dict(os.environ, RAY_ADDRESS=ray.get_runtime_context().gcs_address)
+    child = subprocess.run([sys.executable, "-c", textwrap.dedent(script)], capture_output=True,
+                           text=True, env=env, timeout=240)
+    assert child.returncode == -9 and child.stdout.strip().isdigit(), child.stderr[-2000:]
+    committed = int(child.stdout.strip())
+    with vidql.connect(db_path, progress=False) as db:
+        assert _labelled_once(db) == (committed, committed)
+        cache = db.labels("t")
+        answer = db.sql("SELECT sum(objects('car')) AS n FROM t").df()
+        assert cache.stats.oracle_calls == 300 - committed  # only the rest was labelled
+        assert _labelled_once(db) == (300, 300)
+    local, _ = _answers("local", video, labels, ["SELECT sum(objects('car')) AS n FROM t USING ORACLE bright"])
+    pd.testing.assert_frame_equal(answer, local[0])

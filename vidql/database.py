@@ -83,6 +83,7 @@ class Database:
 
     # ---- lifecycle ----------------------------------------------------------------
     def close(self) -> None:
+        self.catalog.set_executor(None)  # stops this database's Ray oracle actors
         self.catalog.con.close()
         self.con.close()
         if self._tmp is not None:
