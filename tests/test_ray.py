@@ -69,11 +69,10 @@ def _labelled_once(db) -> tuple[int, int]:
                                   "FROM vidql.labelled").fetchall()[0]
 
 
-def _answers(executor, video, labels, queries, prepare=None):
-    with vidql.connect(progress=False, executor=executor) as db:
+def _answers(executor, video, labels, queries):
+    with vidql.connect(progress=False) as db:
+        db.sql(f"SET EXECUTOR = '{executor}'")
         _setup(db, video, labels)
-        if prepare:
-            prepare(db)
         out = [db.sql(q).df() for q in queries]
         assert _labelled_once(db)[0] == _labelled_once(db)[1]
         return out, {o: db.labels("t", o).oracle.describe() for o in ("truth", "bright")}
