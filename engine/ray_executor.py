@@ -149,11 +149,15 @@ def save_chunk(fn: Callable[[int, int], np.ndarray], start: int, stop: int, path
 
 
 def source_keyframes(source) -> np.ndarray:
-    """Keyframes (original frame numbers) of the file a LowResSource decodes."""
+    """Keyframe positions of a frame source: its own `keyframes` when it has them (e.g. a
+    collection's), else those of the file a LowResSource decodes; none known: empty."""
+    if getattr(source, "keyframes", None) is not None:
+        return np.asarray(source.keyframes, dtype=np.int64)
     rendition = getattr(source, "rendition", None)
     if rendition is not None:
         return np.asarray(rendition.frames)[list(rendition.info.keyframes)]
-    return np.asarray(source.info.keyframes, dtype=np.int64)
+    info = getattr(source, "info", None)
+    return np.asarray(info.keyframes if info is not None else [], dtype=np.int64)
 
 
 def chunk_ranges(n_frames: int, batch_size: int, chunks: int, keyframes=()) -> list[tuple[int, int]]:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import sys
 
+import numpy as np
 import pytest
 
 import vidql
@@ -41,3 +42,17 @@ def test_ray_without_ray_installed_says_how_to_install(monkeypatch):
             db.sql("SET EXECUTOR = 'ray'")
         assert db.executor == "local"
         db.sql("SET EXECUTOR = 'local'")
+
+
+def test_embedding_chunks_cover_the_video_on_the_batch_grid_after_keyframes():
+    from vidql.engine.ray_executor import chunk_ranges
+
+    keyframes = np.arange(0, 10_000, 250) + 3  # GOPs of 250 frames, starting at 3
+    ranges = chunk_ranges(10_000, 64, 8, keyframes)
+    starts = np.array([a for a, _ in ranges])
+    assert ranges[0][0] == 0 and ranges[-1][1] == 10_000 and len(ranges) == 8
+    assert all(b == c for (_, b), (c, _) in zip(ranges[:-1], ranges[1:], strict=True))  # contiguous
+    assert (starts % 64 == 0).all()
+    after = starts[1:] - keyframes[np.searchsorted(keyframes, starts[1:], side="right") - 1]
+    assert ((after >= 0) & (after < 64)).all()  # each decodes less than a batch before its start
+    assert chunk_ranges(100, 256, 8, keyframes) == [(0, 100)]
