@@ -225,3 +225,21 @@ def test_sigkill_of_the_driver_keeps_committed_batches(small_traffic, python_pat
         assert _labelled_once(db) == (300, 300)
     local, _ = _answers("local", video, labels, ["SELECT sum(objects('car')) AS n FROM t USING ORACLE bright"])
     pd.testing.assert_frame_equal(answer, local[0])
+
+
+def test_batches_stay_within_a_clip_and_start_at_gops(small_traffic, python_path):
+    video, labels = small_traffic
+    with vidql.connect(progress=False, executor="ray") as db:
+        _setup(db, video, labels)
+        oracle = db.labels("t", "bright").oracle
+        keyframes = np.asarray(db.catalog.video_info("t").keyframes)
+        frames = np.sort(np.random.default_rng(0).choice(300, 150, replace=False))
+        batches = oracle.batches(frames, 8)
+        assert not oracle.actors  # planning a batch starts nothing
+    positions = [np.asarray(pieces[0][2]) for pieces in batches]
+    assert all(len(pieces) == 1 for pieces in batches)  # one clip each
+    np.testing.assert_array_equal(np.concatenate(positions), frames)
+    assert max(map(len, positions)) == 8 and min(map(len, positions[:-1])) < 8  # cut at GOPs
+    gop = [np.unique(np.searchsorted(keyframes, p, side="right")) for p in positions]
+    for p, g in zip(positions, gop, strict=True):  # a batch crosses a GOP only when under half full
+        assert len(g) == 1 or len(p[np.searchsorted(keyframes, p, side="right") == g[0]]) < 4
