@@ -243,3 +243,13 @@ def test_batches_stay_within_a_clip_and_start_at_gops(small_traffic, python_path
     gop = [np.unique(np.searchsorted(keyframes, p, side="right")) for p in positions]
     for p, g in zip(positions, gop, strict=True):  # a batch crosses a GOP only when under half full
         assert len(g) == 1 or len(p[np.searchsorted(keyframes, p, side="right") == g[0]]) < 4
+
+
+def test_environment_variable_selects_ray(small_traffic, python_path, monkeypatch):
+    video, labels = small_traffic
+    monkeypatch.setenv("VIDQL_EXECUTOR", "ray")
+    with vidql.connect(progress=False) as db:
+        assert db.executor == "ray"
+        _setup(db, video, labels)
+        assert db.sql("SELECT sum(objects('car')) AS n FROM t WHERE frame < 40").df()["n"][0] > 0
+        assert db.labels("t").oracle.describe().endswith("on 2 actors")
