@@ -109,6 +109,7 @@ class Catalog:
         self._oracles: dict[str, tuple[Oracle, tuple]] = {}  # name -> (oracle, source stats)
         self._caches: dict[tuple[str, str], LabelCache] = {}
         self._infos: dict[str, object] = {}
+        self.executor = None  # a RayExecutor (engine.ray_executor) when not local
         if not read_only:  # a read-only file has its catalog tables (or is no vidql database)
             con.execute(CATALOG_SQL)
             upgrade_catalog(self)
@@ -624,10 +625,31 @@ class Catalog:
         key = (row["name"], o.identity)
         if key not in self._caches:
             self.clip_infos(row["name"])  # a clip whose file is gone or changed: an error now
+            if self.executor is not None:  # the same identity, labelled on Ray actors
+                name, kind, source, options, _ = self._oracle_row(o.name)
+                o = self.executor.oracle(o, (name, kind, source, json.loads(options)),
+                                         lambda positions, video=row["name"]:
+                                         self.locate(video, positions))
             self._caches[key] = LabelCache(self.con, row["name"], self.clip_map(row["name"]), o,
                                            self._pixel_batches(row["name"]),
                                            progress=self.progress)
         return self._caches[key]
+
+    def locate(self, video: str, positions: np.ndarray) -> list[tuple]:
+        """Ascending global positions of a video, split by clip: [(the clip's VideoInfo,
+        frames within the clip, the positions, the clip's name, whether it is the only
+        clip)], for whoever decodes frames by number (Ray actors)."""
+        clip_map = self.clip_map(video)
+        only = len(clip_map.names) == 1
+        return [(self.clip_info(video, o), local, ids, clip_map.names[o], only)
+                for o, local, ids in clip_map.pieces(positions)]
+
+    def set_executor(self, executor) -> None:
+        """Run labelling (and embedding) on `executor` (None: in this process) from now on."""
+        for cache in self._caches.values():
+            getattr(cache.oracle, "close", lambda: None)()
+        self._caches.clear()
+        self.executor = executor
 
     def lowres_source(self, video: str):
         """Frames of a video for embedders and proxies (low resolution, by global position:

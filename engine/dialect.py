@@ -36,7 +36,8 @@ from .dialect_query import parse_query
 from .oracle_kinds import ORACLE_KINDS
 from .dialect_statements import (DEFAULT_CONFIDENCE, INDEX_METHODS, QUERY_KINDS,
                                  Aggregate, Clauses, CreateIndex, CreateOracle, DropIndex,
-                                 DropVideo, LoadVideo, OutputColumn, PlainSQL, Query, SetOracle,
+                                 DropVideo, LoadVideo, OutputColumn, PlainSQL, Query, SetExecutor,
+                                 SetOracle,
                                  ShowIndexes, ShowOracles, ShowVideos, Statement,
                                  AlterVideoPath, AlterVideoStart, DropOracle, RefreshIndex,
                                  ShowClips)
@@ -45,7 +46,8 @@ from vidql.errors import QueryError
 __all__ = [
     "parse", "parse_script", "describe", "Statement", "Query", "Clauses", "Aggregate",
     "OutputColumn", "PlainSQL", "LoadVideo", "ShowVideos", "DropVideo", "CreateOracle",
-    "SetOracle", "ShowOracles", "DropOracle", "AlterVideoPath", "AlterVideoStart", "ShowClips", "CreateIndex", "RefreshIndex", "ShowIndexes", "DropIndex", "QUERY_KINDS",
+    "SetOracle", "SetExecutor", "ShowOracles", "DropOracle", "AlterVideoPath", "AlterVideoStart",
+    "ShowClips", "CreateIndex", "RefreshIndex", "ShowIndexes", "DropIndex", "QUERY_KINDS",
     "ORACLE_KINDS", "INDEX_METHODS", "DEFAULT_CONFIDENCE",
 ]
 
@@ -113,6 +115,7 @@ _DESCRIBE = {
     CreateOracle: lambda s: (f"create {'or replace ' if s.replace else ''}oracle {s.name} from "
                              f"{s.kind} '{s.source}'{_options(s.options)}"),
     SetOracle: lambda s: f"make {s.oracle} the default oracle of video {s.video}",
+    SetExecutor: lambda s: f"run labelling and index embedding on the {s.executor!r} executor",
     ShowOracles: lambda s: "list the oracles",
     DropOracle: lambda s: f"drop oracle {s.name} (its cached labels stay)" + _if_exists(s.if_exists),
     AlterVideoPath: _describe_move,

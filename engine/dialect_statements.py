@@ -86,6 +86,14 @@ class AlterVideoStart:
 
 
 @dataclass(frozen=True)
+class SetExecutor:
+    """`SET EXECUTOR = 'ray'`: where labelling and index embedding run ('local', 'ray',
+    'ray://host:port')."""
+
+    executor: str
+
+
+@dataclass(frozen=True)
 class SetOracle:
     """`SET ORACLE video = oracle`: the default oracle of a video."""
 
@@ -212,6 +220,6 @@ class Query:
         return None
 
 
-Statement = (LoadVideo | ShowVideos | DropVideo | CreateOracle | SetOracle | ShowOracles
-             | DropOracle | AlterVideoPath | CreateIndex | RefreshIndex | ShowIndexes | DropIndex
-             | PlainSQL | Query)
+Statement = (LoadVideo | ShowVideos | ShowClips | DropVideo | CreateOracle | SetOracle
+             | SetExecutor | ShowOracles | DropOracle | AlterVideoPath | AlterVideoStart
+             | CreateIndex | RefreshIndex | ShowIndexes | DropIndex | PlainSQL | Query)

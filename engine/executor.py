@@ -8,8 +8,9 @@ import duckdb
 import pandas as pd
 
 from .dialect import (AlterVideoPath, AlterVideoStart, CreateIndex, CreateOracle, DropIndex,
-                      DropOracle, DropVideo, LoadVideo, PlainSQL, Query, RefreshIndex, SetOracle,
-                      ShowClips, ShowIndexes, ShowOracles, ShowVideos, describe, parse_script)
+                      DropOracle, DropVideo, LoadVideo, PlainSQL, Query, RefreshIndex, SetExecutor,
+                      SetOracle, ShowClips, ShowIndexes, ShowOracles, ShowVideos, describe,
+                      parse_script)
 from .dialect_lex import tokenize
 from vidql.errors import CatalogError, ParameterError, QueryError
 from .exact import run_exact
@@ -132,6 +133,11 @@ def _set_oracle(db, stmt: SetOracle) -> Result:
     return _message(db, f"oracle of {stmt.video} is {stmt.oracle}")
 
 
+def _set_executor(db, stmt: SetExecutor) -> Result:
+    db.set_executor(stmt.executor)
+    return _message(db, f"executor is {stmt.executor}")
+
+
 def _create_index(db, stmt: CreateIndex) -> Result:
     index = db.create_index(stmt.name, stmt.video, **stmt.options)
     used, new = index.stats["oracle_calls"], index.stats["newly_labelled"]
@@ -165,6 +171,7 @@ _HANDLERS = {
     CreateOracle: _create_oracle,
     DropOracle: _drop_oracle,
     SetOracle: _set_oracle,
+    SetExecutor: _set_executor,
     ShowOracles: lambda db, stmt: _frame(db, db.oracles()),
     CreateIndex: _create_index,
     RefreshIndex: _refresh_index,

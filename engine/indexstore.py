@@ -75,8 +75,16 @@ class IndexStore:
         size = source.proxy_size(build.pop("size", None))
         identity = self._identity(video, cache.oracle.identity)
         before = cache.stats.snapshot()
-        index = TastiIndex.build(source, cache.detections, size=size, progress=progress,
-                                 identity=identity, threads=threads, **build)
+        executor = self.catalog.executor  # Ray: embedding chunks written to shared storage
+        scratch = self.catalog.artifacts / "indexes" / f".{video}.chunks"
+        shutil.rmtree(scratch, ignore_errors=True)
+        chunk_map = None if executor is None else executor.embedding_map(source, scratch)
+        try:
+            index = TastiIndex.build(source, cache.detections, size=size, progress=progress,
+                                     identity=identity, threads=threads, chunk_map=chunk_map,
+                                     **build)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
         index.stats["newly_labelled"] = cache.stats.since(before).oracle_calls
         stored = {**index.config, "oracle": cache.oracle.name, "given": options}
         return index, stored, cache.oracle.identity

@@ -118,6 +118,14 @@ class LabelCache:
         bar = self._progress(desc or f"labelling {self.video} with {self.oracle.name}",
                              len(todo)) if own else self._bar
         try:
+            stream = getattr(self.oracle, "detect_stream", None)  # batches in flight at once
+            if stream is not None:
+                done = 0
+                for ids, det, seconds in stream(todo, batch):  # committed as each finishes
+                    done += len(ids)
+                    self._label_batch(ids, None, 0.0, last=done >= len(todo), found=(det, seconds))
+                    bar.update(len(ids))
+                return
             if not self.oracle.needs_pixels:  # batches never span two clips
                 chunks = [ids[start:start + batch] for _, _, ids in self.clip_map.pieces(todo)
                           for start in range(0, len(ids), batch)]
@@ -170,17 +178,21 @@ class LabelCache:
             self._bar = None
 
     def _label_batch(self, ids: np.ndarray, pixels: np.ndarray | None, wait: float,
-                     last: bool = True) -> None:
-        """Run the oracle on one batch and commit its labels before anything uses them; the
+                     last: bool = True, found: tuple | None = None) -> None:
+        """Run the oracle on one batch (or take its `found` (detections, seconds) from the
+        oracle's `detect_stream`) and commit its labels before anything uses them; the
         oracle's measured cost is recorded with the last batch of a call (one statement
         fewer per batch; a killed call keeps its labels, not that estimate)."""
         t1 = time.perf_counter()
         ordinal, local = self.clip_map.split(ids)
         clip = self.clip_map.names[ordinal[0]]
         try:
-            det = check_detections(self.oracle.detect_in_clip(
-                pixels, local, clip, len(self.clip_map.names) == 1), local, self.oracle)
-            det["frame"] += self.clip_map.first[ordinal[0]]  # back to global positions
+            if found is None:
+                det = check_detections(self.oracle.detect_in_clip(
+                    pixels, local, clip, len(self.clip_map.names) == 1), local, self.oracle)
+                det["frame"] += self.clip_map.first[ordinal[0]]  # back to global positions
+            else:  # labelled elsewhere (Ray actors), by global position
+                det = check_detections(found[0], ids, self.oracle)
         except VidqlError:
             raise
         except Exception as exc:
@@ -189,7 +201,7 @@ class LabelCache:
                               f"{local[-1]}{where} of video {self.video!r}: "
                               f"{type(exc).__name__}: {exc}; "
                               f"{int(self._labelled.sum())} labelled frames stay cached") from exc
-        t2 = time.perf_counter()
+        t2 = time.perf_counter() if found is None else t1 + found[1]
         rows = pd.Index(ids).get_indexer(det["frame"].to_numpy())
         self._cost = [self._cost[0] + len(ids), self._cost[1] + t2 - t1]
         self._commit(ids, det, np.bincount(rows, minlength=len(ids)), self._cost if last else None)

@@ -140,6 +140,7 @@ def changed_sources(old_identity: str, oracle: Oracle) -> list[str]:
 def make_oracle(name: str, kind: str, source: str, options: dict | None = None) -> Oracle:
     """Build an oracle from its catalog entry (kind is one of ORACLE_KINDS)."""
     options = dict(options or {})
+    options.pop("num_gpus", None)  # where the Ray executor runs it (engine.ray_executor)
     kind = kind.upper()
     builders = {"LABELS": LabelsOracle, "PYTHON": PythonOracle}
     if kind in ("ONNX", "TORCHVISION"):  # their libraries load only for them

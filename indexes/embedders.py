@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
-from typing import Callable
+from functools import partial
+from typing import Callable, Iterable
 
 import cv2
 import numpy as np
@@ -25,18 +26,46 @@ def source_length(source) -> int:
     return int(n) if n is not None else len(source)
 
 
+# `chunk_map(fn, batch_size)` runs fn(start, stop) -> array over ranges that cover every
+# frame, each starting on the `batch_size` grid, elsewhere (e.g. Ray tasks: the engine's
+# ray_executor), and yields (start, stop, array) in frame order. None: one pass here.
+ChunkMap = Callable[[Callable[[int, int], np.ndarray], int], Iterable[tuple[int, int, np.ndarray]]]
+
+
+def embed_range(source, embed_batch: Callable[[np.ndarray], np.ndarray], dim: int,
+                size: tuple[int, int], batch_size: int, dtype, start: int, stop: int) -> np.ndarray:
+    """`embed_batch` over frames start..stop-1 of `source` (a chunk of `embed_source`)."""
+    out = np.empty((stop - start, dim), dtype=dtype)
+    seen = 0
+    for indices, batch in source.iter_batches(batch_size, start, stop, size=size):
+        out[np.asarray(indices) - start] = embed_batch(batch)
+        seen += len(indices)
+    if seen != stop - start:
+        raise VidqlError(f"the frame source gave {seen} frames for {start}..{stop - 1}")
+    return out
+
+
 def embed_source(source, embed_batch: Callable[[np.ndarray], np.ndarray], dim: int, *,
                  size: tuple[int, int], batch_size: int = 256, dtype=np.float32,
                  desc: str = "embedding", progress: bool = True, start: int = 0,
-                 stop: int | None = None) -> np.ndarray:
+                 stop: int | None = None, chunk_map: ChunkMap | None = None) -> np.ndarray:
     """Run `embed_batch` (uint8 B×H×W×3 -> B×dim) over frames [start, stop) of `source`
-    (all by default) in order; returns a (stop - start)×dim array of `dtype`."""
+    (all by default) in order, in chunks through `chunk_map` when given (whole sources
+    only); returns a (stop - start)×dim array of `dtype`."""
     stop = source_length(source) if stop is None else int(stop)
     out = np.empty((stop - start, dim), dtype=dtype)
     seen = 0
     with tqdm(total=stop - start, desc=desc, unit="frame", disable=not progress) as bar:
-        for indices, batch in source.iter_batches(batch_size, start, stop, size=size):
-            out[np.asarray(indices) - start] = embed_batch(batch)
+        if chunk_map is not None:
+            if (start, stop) != (0, source_length(source)):
+                raise VidqlError("embedding in chunks covers a whole frame source")
+            fn = partial(embed_range, source, embed_batch, dim, size, batch_size, dtype)
+            chunks = ((np.arange(a, b), rows) for a, b, rows in chunk_map(fn, batch_size))
+        else:
+            chunks = ((np.asarray(indices), embed_batch(batch)) for indices, batch
+                      in source.iter_batches(batch_size, start, stop, size=size))
+        for indices, rows in chunks:
+            out[indices - start] = rows
             seen += len(indices)
             bar.update(len(indices))
     if seen != stop - start:
@@ -78,24 +107,39 @@ def thumbnails(batch: np.ndarray, thumb: tuple[int, int]) -> np.ndarray:
                      for f in batch]).reshape(len(batch), -1)
 
 
+def thumbnail_batches(source, size: tuple[int, int], thumb: tuple[int, int], start: int = 0,
+                      stop: int | None = None) -> Iterable[tuple[np.ndarray, np.ndarray]]:
+    """(frame numbers, `thumbnails`) of frames start..stop-1, batch by batch."""
+    for indices, batch in source.iter_batches(256, start, stop, size=size):
+        yield np.asarray(indices, dtype=np.int64), thumbnails(batch, thumb)
+
+
+def thumbnail_range(source, size: tuple[int, int], thumb: tuple[int, int], start: int,
+                    stop: int) -> np.ndarray:
+    """The thumbnails of frames start..stop-1 in one array (a chunk of `pixel_embeddings`)."""
+    return np.concatenate([rows for _, rows in thumbnail_batches(source, size, thumb, start, stop)])
+
+
 def pixel_embeddings(source, *, size: tuple[int, int], dim: int = 64, long_side: int = 24,
                      seed: int = 0, fit_frames: int = 5000, chunk: int = 4096,
-                     progress: bool = True) -> np.ndarray:
+                     progress: bool = True, chunk_map: ChunkMap | None = None) -> np.ndarray:
     """Cheap embedding without a model: colour thumbnails (area-averaged, ≤ `long_side` px),
     projected on their top `dim` principal components (see `fit_pixel_embeddings`)."""
     return fit_pixel_embeddings(source, size=size, dim=dim, long_side=long_side, seed=seed,
-                                fit_frames=fit_frames, chunk=chunk, progress=progress)[0]
+                                fit_frames=fit_frames, chunk=chunk, progress=progress,
+                                chunk_map=chunk_map)[0]
 
 
 def fit_pixel_embeddings(source, *, size: tuple[int, int], dim: int = 64, long_side: int = 24,
                          seed: int = 0, fit_frames: int = 5000, chunk: int = 4096,
-                         progress: bool = True) -> tuple[np.ndarray, PixelPCA]:
+                         progress: bool = True, chunk_map: ChunkMap | None = None
+                         ) -> tuple[np.ndarray, PixelPCA]:
     """The pixel embedding of every frame and its projection (`PixelPCA`, to embed frames
     added later the same way), fitted on a seeded sample of `fit_frames`.
 
     Memory stays bounded: during the pass the thumbnails stream to a temporary file
     (w·h·3 bytes per frame on disk) and only the sample is kept; they are then projected
-    `chunk` frames at a time."""
+    `chunk` frames at a time. `chunk_map` (see ChunkMap) makes the thumbnails elsewhere."""
     tw, th = thumbnail_size(size, long_side)
     width = tw * th * 3
     n_frames = source_length(source)
@@ -106,8 +150,12 @@ def fit_pixel_embeddings(source, *, size: tuple[int, int], dim: int = 64, long_s
         seen = 0
         with tqdm(total=n_frames, desc="pixel embedding", unit="frame",
                   disable=not progress) as bar:
-            for indices, batch in source.iter_batches(256, size=size):
-                thumbs = thumbnails(batch, (tw, th))
+            if chunk_map is None:
+                batches = thumbnail_batches(source, size, (tw, th))
+            else:
+                fn = partial(thumbnail_range, source, size, (tw, th))
+                batches = ((np.arange(a, b), rows) for a, b, rows in chunk_map(fn, 256))
+            for indices, thumbs in batches:
                 _spill_rows(spill, np.asarray(indices, dtype=np.int64), thumbs)
                 at = np.minimum(np.searchsorted(fit_rows, indices), len(fit_rows) - 1)
                 hit = fit_rows[at] == indices
@@ -184,8 +232,8 @@ def pretrained_backbone(weights: str | Path | None = None) -> torch.nn.Module:
 
 
 def pretrained_embeddings(source, *, size: tuple[int, int], weights=None, batch_size: int = 128,
-                          progress: bool = True) -> np.ndarray:
+                          progress: bool = True, chunk_map: ChunkMap | None = None) -> np.ndarray:
     """512-d ImageNet ResNet-18 features of every frame (local weights, see find_pretrained_weights)."""
     embed = network_embedder(pretrained_backbone(weights), mean=IMAGENET_MEAN, std=IMAGENET_STD)
     return embed_source(source, embed, 512, size=size, batch_size=batch_size,
-                        desc="pretrained embedding", progress=progress)
+                        desc="pretrained embedding", progress=progress, chunk_map=chunk_map)

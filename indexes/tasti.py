@@ -183,7 +183,8 @@ class TastiIndex:
               identity: dict | None = None, weights=None, dim: int = 128,
               triplets: int | None = None, lr: float = 1e-3, margin: float = 1.0,
               count_weight: float = 30.0, jitter: bool = True, box_tol: float = 1.0,
-              eps: float = DEFAULT_EPS, threads: int | None = None) -> "TastiIndex":
+              eps: float = DEFAULT_EPS, threads: int | None = None,
+              chunk_map=None) -> "TastiIndex":
         """Embed every frame of `source`, label `reps` representatives through `label_fn`
         and find each frame's `k` nearest representatives.
 
@@ -207,7 +208,8 @@ class TastiIndex:
         at random, and the rest by FPF in the final embedding, `reps` in all (oracle calls
         = max(reps, train + reps // 4) for 'triplet', `reps` otherwise). `identity` (e.g.
         video fingerprint and oracle identity) is stored and checked by
-        `load(..., expect=...)`.
+        `load(..., expect=...)`. `chunk_map` runs the embedding passes in chunks elsewhere
+        (see embedders.ChunkMap); the rest of the build stays here.
         """
         n_frames = source_length(source)
         config = check_options(n_frames, train=train, reps=reps, k=k, seed=seed,
@@ -218,12 +220,14 @@ class TastiIndex:
             threads = (1 if embedder == "pixel"  # no torch network to run
                        else fastest_threads(CompactCNN(out_dim=config["dim"]), size))
         with cpu_threads(threads):
-            index = cls._build(source, label_fn, config, progress, identity, weights, eps)
+            index = cls._build(source, label_fn, config, progress, identity, weights, eps,
+                               chunk_map)
         index.stats["torch_threads"] = int(threads)
         return index
 
     @classmethod
-    def _build(cls, source, label_fn, cfg, progress, identity, weights, eps) -> "TastiIndex":
+    def _build(cls, source, label_fn, cfg, progress, identity, weights, eps,
+               chunk_map=None) -> "TastiIndex":
         seconds: dict[str, float] = {}
         clock = [time.perf_counter()]
 
@@ -237,17 +241,18 @@ class TastiIndex:
         stats: dict = {}
         train_frames = np.empty(0, dtype=np.int64)
         if cfg["embedder"] == "pretrained":
-            emb = pretrained_embeddings(source, size=size, weights=weights, progress=progress)
+            emb = pretrained_embeddings(source, size=size, weights=weights, progress=progress,
+                                        chunk_map=chunk_map)
             encoder = FrameEncoder("pretrained", weights=find_pretrained_weights(weights))
             stats["embedding"] = "pretrained ResNet-18"
         elif cfg["embedder"] == "pixel":
             emb, basis = fit_pixel_embeddings(source, size=size, seed=cfg["seed"],
-                                              progress=progress)
+                                              progress=progress, chunk_map=chunk_map)
             encoder = FrameEncoder("pixel", basis)
             stats["embedding"] = "pixel thumbnail PCA"
         else:
-            emb, stats["mining_embedding"], encoder = cls._mining_embedding(source, cfg, progress,
-                                                                            weights)
+            emb, stats["mining_embedding"], encoder = cls._mining_embedding(
+                source, cfg, progress, weights, chunk_map)
             train_frames = np.sort(farthest_point_first(emb, cfg["train"], seed=cfg["seed"]))
         lap("mining_embedding" if cfg["embedder"] == "triplet" else "embedding")
         random_reps = random_representatives(len(emb), cfg["reps"], already=train_frames,
@@ -265,7 +270,8 @@ class TastiIndex:
             else:
                 del emb  # the mining embedding: not needed beside the triplet one
                 emb = embed_source(source, network_embedder(model), cfg["dim"], size=size,
-                                   desc="triplet embedding", progress=progress)
+                                   desc="triplet embedding", progress=progress,
+                                   chunk_map=chunk_map)
                 encoder = FrameEncoder("network", model)
                 stats["embedding"] = "triplet CNN"
                 lap("embedding")
@@ -289,7 +295,7 @@ class TastiIndex:
                    stats=stats, encoder=encoder)
 
     @staticmethod
-    def _mining_embedding(source, cfg, progress, weights
+    def _mining_embedding(source, cfg, progress, weights, chunk_map=None
                           ) -> tuple[np.ndarray, str, FrameEncoder]:
         """Pretrained ResNet-18 features when local weights exist, else the pixel embedding
         (with its name and encoder)."""
@@ -300,9 +306,10 @@ class TastiIndex:
             if weights is not None:
                 raise
             emb, basis = fit_pixel_embeddings(source, size=size, seed=cfg["seed"],
-                                              progress=progress)
+                                              progress=progress, chunk_map=chunk_map)
             return emb, "pixel thumbnail PCA", FrameEncoder("pixel", basis)
-        return (pretrained_embeddings(source, size=size, weights=path, progress=progress),
+        return (pretrained_embeddings(source, size=size, weights=path, progress=progress,
+                                      chunk_map=chunk_map),
                 "pretrained ResNet-18", FrameEncoder("pretrained", weights=path))
 
     # ---- proxies ----------------------------------------------------------------------

@@ -24,6 +24,13 @@ class LowResSource:
         self.n_frames = info.frame_count
         self.rendition = Rendition.load(rendition_dir) if rendition_dir else None
 
+    @property
+    def keyframes(self) -> np.ndarray:
+        """Frames a decoder can start at (of the rendition when reading one)."""
+        if self.rendition is not None:
+            return np.asarray(self.rendition.frames)[list(self.rendition.info.keyframes)]
+        return np.asarray(self.info.keyframes, dtype=np.int64)
+
     def proxy_size(self, short_side: int | None = None) -> tuple[int, int]:
         """(width, height) with the given short side, keeping the aspect ratio (even sizes)."""
         s = short_side or self.DEFAULT_SHORT_SIDE
@@ -74,6 +81,14 @@ class ConcatSource:
     @property
     def n_frames(self) -> int:
         return int(self.offsets[-1])
+
+    @property
+    def keyframes(self) -> np.ndarray:
+        """Global positions a decoder can start at: each clip's start and keyframes."""
+        offsets = self.offsets
+        parts = [offsets[:-1]] + [np.asarray(getattr(s, "keyframes", ()), dtype=np.int64) + o
+                                  for s, o in zip(self.sources, offsets[:-1], strict=True)]
+        return np.unique(np.concatenate(parts)).astype(np.int64)
 
     def proxy_size(self, short_side: int | None = None) -> tuple[int, int]:
         """(width, height) of the first clip's proxy frames, used for every clip."""

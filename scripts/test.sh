@@ -4,7 +4,7 @@
 # `bash scripts/test.sh -m "not slow"`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/install.sh
+VIDQL_EXTRAS="dev,ray" bash scripts/install.sh  # the Ray executor's tests run too
 VENV="${VIDQL_VENV:-.venv}"
 "$VENV/bin/python" -m ruff check .
 "$VENV/bin/python" -m pytest -q -p no:cacheprovider --durations=15 "$@"

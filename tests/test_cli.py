@@ -67,7 +67,8 @@ def test_sql_prints_the_guarantee_and_oracle_calls(traffic_db, capsys):
             "confidence") in capsys.readouterr().out
 
 
-SLOW_SCENARIOS = {"index", "scale"}  # a minute or more even when tiny (index builds)
+SLOW_SCENARIOS = {"index", "scale", "scale-out"}  # a minute or more even when tiny (index
+# builds; scale-out starts a Ray cluster)
 
 
 @pytest.mark.parametrize("scenario", [

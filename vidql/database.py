@@ -33,7 +33,11 @@ class Database:
     (no new labels, catalog changes or tables)."""
 
     def __init__(self, path: str | Path | None = None, *, progress: bool = True,
-                 read_only: bool = False):
+                 read_only: bool = False, executor: str | None = None,
+                 workers: int | None = None):
+        from vidql.engine.ray_executor import executor_name
+
+        executor = executor_name(executor)  # checked before anything opens
         self._tmp = None
         if path is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="vidql-")
@@ -62,6 +66,12 @@ class Database:
         self.indexes = IndexStore(self.catalog)
         self.progress = progress
         self.last_report = None  # the report of the last query run through sql()
+        self.executor = "local"
+        try:
+            self.set_executor(executor, workers)
+        except BaseException:
+            self.close()
+            raise
 
     def _engine_connection(self, con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
         """A connection of its own for vidql's statements (catalog, labels, queries), so a
@@ -73,6 +83,7 @@ class Database:
 
     # ---- lifecycle ----------------------------------------------------------------
     def close(self) -> None:
+        self.catalog.set_executor(None)  # stops this database's Ray oracle actors
         self.catalog.con.close()
         self.con.close()
         if self._tmp is not None:
@@ -88,6 +99,17 @@ class Database:
     @property
     def artifacts(self) -> Path:
         return self.catalog.artifacts
+
+    def set_executor(self, executor: str | None, workers: int | None = None) -> None:
+        """SET EXECUTOR: 'local' (this process), 'ray' (the Ray cluster of $RAY_ADDRESS, or a
+        local one) or 'ray://host:port'; None reads $VIDQL_EXECUTOR. `workers`: Ray oracle
+        actors and embedding tasks at a time (default: the cluster's CPUs)."""
+        from vidql.engine.ray_executor import executor_name, make_executor
+
+        name = executor_name(executor)
+        if name != self.executor or workers is not None:
+            self.catalog.set_executor(make_executor(name, workers))
+            self.executor = name
 
     # ---- catalog ------------------------------------------------------------------
     def load_video(self, path, name: str | None = None, *, rendition: int | None = None,
@@ -182,10 +204,15 @@ class Database:
 
 
 def connect(path: str | Path | None = None, *, progress: bool = True,
-            read_only: bool = False) -> Database:
+            read_only: bool = False, executor: str | None = None,
+            workers: int | None = None) -> Database:
     """Open or create a vidql database (in memory when `path` is None; `read_only` opens an
-    existing file for reading, which other processes may read at the same time)."""
-    return Database(path, progress=progress, read_only=read_only)
+    existing file for reading, which other processes may read at the same time).
+    `executor`: 'local' (default, or $VIDQL_EXECUTOR), 'ray' or 'ray://host:port' runs
+    labelling and index embedding on a Ray cluster (`pip install vidql[ray]`), with
+    `workers` actors (default: the cluster's CPUs)."""
+    return Database(path, progress=progress, read_only=read_only, executor=executor,
+                    workers=workers)
 
 
 __all__ = ["connect", "Database"]
