@@ -98,7 +98,8 @@ class Binding:
         once (vidql.queries)."""
         batch = max(1, int(self.cache.oracle.batch_size))
         fn.ahead = lambda positions, now: self.cache.label_ahead(
-            self.frames(positions[:now + 2 * batch]), now)
+            self.frames(positions[:now + 2 * batch]), now,
+            self.cache.stats.oracle_calls - self.before.oracle_calls)
         return fn
 
     def timestamps(self, frames: np.ndarray) -> np.ndarray:
