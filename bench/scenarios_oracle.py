@@ -10,6 +10,7 @@ from .registry import BenchContext, ScenarioResult, scenario
 
 BATCH = 8
 THREADS = (1, 2, 0)  # onnxruntime intra-op threads; 0: its default
+ROUNDS = 2  # every path runs once per round, in turn; each keeps its fastest round
 
 
 def _letterbox(frame: np.ndarray, hw: tuple[int, int]) -> np.ndarray:
@@ -79,9 +80,13 @@ def oracle(ctx: BenchContext) -> ScenarioResult:
     if model is None or not (model.is_file() and clip.is_file()):
         return ScenarioResult(figures={"skipped": "needs ../shared (yolox_nano.onnx, ua_detrac.mp4)"})
     n = ctx.size(96, 240, tiny=16)
-    raw = {threads: raw_loop(model, clip, n, threads) for threads in THREADS}
+    raw, engine = {}, None
+    fastest = lambda a, b: b if a is None or b["fps"] > a["fps"] else a  # noqa: E731
+    for _ in range(1 if ctx.tiny else ROUNDS):  # side by side: a load spike hits every path
+        for threads in THREADS:
+            raw[threads] = fastest(raw.get(threads), raw_loop(model, clip, n, threads))
+        engine = fastest(engine, engine_scan(ctx, model, clip, n))
     best = max(raw, key=lambda t: raw[t]["fps"])
-    engine = engine_scan(ctx, model, clip, n)
     ratio = engine["fps"] / raw[best]["fps"]
     rows = [{"path": f"raw loop, {t or 'default'} threads", **raw[t]} for t in THREADS]
     rows.append({"path": "vidql exact scan", **{k: engine[k] for k in rows[0] if k != "path"}})
@@ -89,4 +94,5 @@ def oracle(ctx: BenchContext) -> ScenarioResult:
                "engine": engine, "engine_over_best_raw": ratio}
     return ScenarioResult(figures=figures, table=rows, notes=[
         f"vidql's exact scan runs at {ratio:.2f} of the best raw loop "
-        f"({best or 'default'} onnxruntime threads), target >= 0.85"])
+        f"({best or 'default'} onnxruntime threads), target >= 0.85",
+        f"each path ran {1 if ctx.tiny else ROUNDS} times, in turn; its fastest run is shown"])
