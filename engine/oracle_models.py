@@ -83,21 +83,34 @@ class OnnxDetector(Oracle):
         self.batch_size = batch_size
         self.identity = f"onnx:{name}:{file_digest(path)}:score={score}:nms={nms}"
         self._grids = _yolox_grids(self.input_hw[0]) if self.input_hw[0] == self.input_hw[1] else None
+        self._input = None  # the network input array, reused batch after batch
 
-    def _letterbox(self, frame: np.ndarray, yolox: bool) -> tuple[np.ndarray, float, tuple]:
+    def _prepare(self, frames: np.ndarray, yolox: bool) -> tuple[np.ndarray, list[tuple]]:
+        """The network input, N×3×H×W float32 (YOLOX: BGR at the top-left of a letterbox
+        padded with 114; YOLOv8: RGB centred, /255), and each frame's (scale, (left, top)).
+        Each frame is resized, then written into one array (reused by the next batch) with
+        its channels in the model's order (the same pixels as reordering first, on far
+        fewer of them)."""
         import cv2
 
-        h, w = frame.shape[:2]
         th, tw = self.input_hw
-        r = min(th / h, tw / w)
-        nh, nw = int(h * r), int(w * r)
-        image = frame[:, :, ::-1] if yolox else frame  # the frame is RGB
-        resized = cv2.resize(np.ascontiguousarray(image), (nw, nh), interpolation=cv2.INTER_LINEAR)
-        canvas = np.full((th, tw, 3), YOLO_INPUT_PAD, dtype=np.uint8)
-        top, left = (0, 0) if yolox else ((th - nh) // 2, (tw - nw) // 2)
-        canvas[top:top + nh, left:left + nw] = resized
-        blob = canvas.transpose(2, 0, 1).astype(np.float32)
-        return (blob if yolox else blob / 255.0), r, (left, top)
+        if self._input is None or len(self._input) < len(frames):  # kept: no page faults
+            self._input = np.empty((len(frames), 3, th, tw), dtype=np.float32)
+        blobs = self._input[:len(frames)]
+        blobs.fill(YOLO_INPUT_PAD)
+        geometry = []
+        for blob, frame in zip(blobs, frames, strict=True):  # frames are RGB
+            h, w = frame.shape[:2]
+            r = min(th / h, tw / w)
+            nh, nw = int(h * r), int(w * r)
+            resized = cv2.resize(np.ascontiguousarray(frame), (nw, nh),
+                                 interpolation=cv2.INTER_LINEAR).transpose(2, 0, 1)
+            top, left = (0, 0) if yolox else ((th - nh) // 2, (tw - nw) // 2)
+            blob[:, top:top + nh, left:left + nw] = resized[::-1] if yolox else resized
+            geometry.append((r, (left, top)))
+        if not yolox:
+            blobs /= 255.0
+        return blobs, geometry
 
     def _decode(self, out: np.ndarray, layout: str) -> tuple[np.ndarray, np.ndarray]:
         """Centre boxes (A×4, input pixels) and class scores (A×C) of one image."""
@@ -163,14 +176,14 @@ class OnnxDetector(Oracle):
     def detect(self, frames: np.ndarray, frame_ids: np.ndarray) -> pd.DataFrame:
         layout = self.layout if self.layout != "auto" else None
         yolox = layout != "yolov8"  # auto: guess yolox for preprocessing, verify on output
-        prepared = [self._letterbox(f, yolox) for f in frames]
-        outputs = self._run(np.stack([p[0] for p in prepared]))
+        blobs, geometry = self._prepare(frames, yolox)
+        outputs = self._run(blobs)
         layout = self._layout(outputs.shape)
         if (layout == "yolox") != yolox:
-            prepared = [self._letterbox(f, layout == "yolox") for f in frames]
-            outputs = self._run(np.stack([p[0] for p in prepared]))
+            blobs, geometry = self._prepare(frames, layout == "yolox")
+            outputs = self._run(blobs)
         rows = []
-        for frame_id, frame, (_, r, (left, top)), out in zip(frame_ids, frames, prepared, outputs, strict=True):
+        for frame_id, frame, (r, (left, top)), out in zip(frame_ids, frames, geometry, outputs, strict=True):
             centres, scores = self._decode(out.astype(np.float32), layout)
             anchor, cls = np.nonzero(scores >= self.score)
             if len(anchor) == 0:
