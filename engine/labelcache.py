@@ -22,7 +22,7 @@ from .framestat import FrameExpr, FrameStatistics, count_detections, count_sql
 from .oracle_api import Oracle, check_detections
 
 MIN_AHEAD = 16  # frames labelled at once when an operator asks fewer (label_ahead)
-COUNTS_AT_ONCE = 4096  # earlier labels counted in one statement when no more are uncounted
+COUNTS_AT_ONCE = 4096  # uncounted earlier labels counted in one statement when at most this many
 
 SCHEMA_SQL = """
 CREATE SCHEMA IF NOT EXISTS vidql;
