@@ -214,9 +214,9 @@ def measure_query(db, sql: str, detections) -> dict:
     df = db.sql(sql).df()
     seconds = time.perf_counter() - t0
     report = db.last_report
-    if "estimate" in df.columns:
-        sql_answer = float(df["estimate"].iloc[0])
-        same = bool(np.isclose(sql_answer, float(array_df["estimate"].iloc[0]), equal_nan=True))
+    if "estimate" in df.columns:  # NULL (an estimate the sample cannot support) as NaN
+        sql_answer, answer = (float(d["estimate"].astype("float64").iloc[0]) for d in (df, array_df))
+        same = bool(np.isclose(sql_answer, answer, equal_nan=True))
     else:
         sql_answer = int(len(df))
         same = set(df["frame"].tolist()) == set(array_df["frame"].tolist())
