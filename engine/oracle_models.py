@@ -113,12 +113,17 @@ class OnnxDetector(Oracle):
         return blobs, geometry
 
     def _decode(self, out: np.ndarray, layout: str) -> tuple[np.ndarray, np.ndarray]:
-        """Centre boxes (A×4, input pixels) and class scores (A×C) of one image."""
+        """Centre boxes (A×4, input pixels) and class scores (A×C) of one image's anchors
+        (YOLOX: of those whose objectness reaches `score`, the only ones whose class score
+        can when class probabilities are at most 1, as the model's sigmoids make them)."""
         if layout == "yolox":
             if self._grids is None or len(self._grids[0]) != out.shape[0]:
                 raise OracleError(f"oracle {self.name!r}: YOLOX output of {out.shape[0]} anchors "
                                   f"does not match a {self.input_hw} grid")
             grids, strides = self._grids
+            if out[:, 5:].max(initial=0.0) <= 1.0:  # obj × p <= obj: exactly the same result
+                kept = out[:, 4] >= self.score
+                out, grids, strides = out[kept], grids[kept], strides[kept]
             xy = (out[:, :2] + grids) * strides
             wh = np.exp(out[:, 2:4]) * strides
             return np.concatenate([xy, wh], 1), out[:, 4:5] * out[:, 5:]
@@ -184,7 +189,7 @@ class OnnxDetector(Oracle):
             outputs = self._run(blobs)
         rows = []
         for frame_id, frame, (r, (left, top)), out in zip(frame_ids, frames, geometry, outputs, strict=True):
-            centres, scores = self._decode(out.astype(np.float32), layout)
+            centres, scores = self._decode(np.asarray(out, dtype=np.float32), layout)
             anchor, cls = np.nonzero(scores >= self.score)
             if len(anchor) == 0:
                 continue

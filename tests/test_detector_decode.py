@@ -140,6 +140,18 @@ def test_yolox_layout_grid_decoding_bgr_and_objectness(fake_detector):
     assert (blob[:, 300, 300] == 114).all()  # padding below the image
 
 
+def test_yolox_class_scores_above_one_still_count(fake_detector):
+    """Anchors below the threshold in objectness are skipped only while class scores are
+    at most 1; a model whose class outputs exceed 1 still has every anchor scored."""
+    anchors = sum((416 // stride) ** 2 for stride in (8, 16, 32))
+    out = np.zeros((anchors, 85), dtype=np.float32)
+    out[7, :5] = [0.5, 0.5, 0.0, 0.0, 0.2]  # objectness 0.2, below the 0.3 threshold
+    out[7, 5 + BUS] = 2.0                   # unnormalised class output: confidence 0.4
+    det = fake_detector(out, input_hw=(416, 416))
+    df = det.detect(np.zeros((1, 104, 208, 3), dtype=np.uint8), np.array([0]))
+    assert list(df["label"]) == ["bus"] and df["score"].item() == pytest.approx(0.4)
+
+
 def test_unknown_output_layout_is_a_clear_error(fake_detector):
     det = fake_detector(np.zeros((50, 50), dtype=np.float32))
     with pytest.raises(OracleError, match="cannot tell the ONNX output layout"):
