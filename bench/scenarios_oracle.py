@@ -10,19 +10,19 @@ from .registry import BenchContext, ScenarioResult, scenario
 
 BATCH = 8
 THREADS = (1, 2, 0)  # onnxruntime intra-op threads; 0: its default
+ROUNDS = 2  # every path runs once per round, in turn; each keeps its fastest round
 
 
-def _letterbox(frame: np.ndarray, hw: tuple[int, int]) -> np.ndarray:
-    """YOLOX input: BGR at the top-left of a 114-padded canvas, float32 C×H×W."""
+def _letterbox(frame: np.ndarray, out: np.ndarray) -> None:
+    """YOLOX input into `out` (float32 3×H×W): BGR at the top-left of a 114-padded canvas;
+    resized first, channels reordered while writing (as the engine's ONNX oracle does)."""
     import cv2
 
     h, w = frame.shape[:2]
-    r = min(hw[0] / h, hw[1] / w)
-    resized = cv2.resize(np.ascontiguousarray(frame[:, :, ::-1]), (int(w * r), int(h * r)),
-                         interpolation=cv2.INTER_LINEAR)
-    canvas = np.full((hw[0], hw[1], 3), 114, dtype=np.uint8)
-    canvas[:resized.shape[0], :resized.shape[1]] = resized
-    return canvas.transpose(2, 0, 1).astype(np.float32)
+    r = min(out.shape[1] / h, out.shape[2] / w)
+    resized = cv2.resize(frame, (int(w * r), int(h * r)), interpolation=cv2.INTER_LINEAR)
+    out.fill(114)
+    out[:, :resized.shape[0], :resized.shape[1]] = resized.transpose(2, 0, 1)[::-1]
 
 
 def raw_loop(model, clip, n: int, threads: int) -> dict:
@@ -38,11 +38,13 @@ def raw_loop(model, clip, n: int, threads: int) -> dict:
     inp = session.get_inputs()[0]
     hw = (inp.shape[2], inp.shape[3])
     per_call = 1 if inp.shape[0] == 1 else BATCH  # a model exported for batch 1 runs a frame a call
+    blobs = np.empty((BATCH, 3, *hw), dtype=np.float32)
     wall, cpu = time.perf_counter(), time.process_time()
     with FrameReader(clip) as reader:
         for _, frames in reader.iter_batches(BATCH, 0, n):
-            blobs = np.stack([_letterbox(f, hw) for f in frames])
-            for start in range(0, len(blobs), per_call):
+            for frame, blob in zip(frames, blobs, strict=False):
+                _letterbox(frame, blob)
+            for start in range(0, len(frames), per_call):
                 session.run(None, {inp.name: blobs[start:start + per_call]})
     return _rates(n, time.perf_counter() - wall, time.process_time() - cpu)
 
@@ -79,9 +81,13 @@ def oracle(ctx: BenchContext) -> ScenarioResult:
     if model is None or not (model.is_file() and clip.is_file()):
         return ScenarioResult(figures={"skipped": "needs ../shared (yolox_nano.onnx, ua_detrac.mp4)"})
     n = ctx.size(96, 240, tiny=16)
-    raw = {threads: raw_loop(model, clip, n, threads) for threads in THREADS}
+    raw, engine = {}, None
+    fastest = lambda a, b: b if a is None or b["fps"] > a["fps"] else a  # noqa: E731
+    for _ in range(1 if ctx.tiny else ROUNDS):  # side by side: a load spike hits every path
+        for threads in THREADS:
+            raw[threads] = fastest(raw.get(threads), raw_loop(model, clip, n, threads))
+        engine = fastest(engine, engine_scan(ctx, model, clip, n))
     best = max(raw, key=lambda t: raw[t]["fps"])
-    engine = engine_scan(ctx, model, clip, n)
     ratio = engine["fps"] / raw[best]["fps"]
     rows = [{"path": f"raw loop, {t or 'default'} threads", **raw[t]} for t in THREADS]
     rows.append({"path": "vidql exact scan", **{k: engine[k] for k in rows[0] if k != "path"}})
@@ -89,4 +95,5 @@ def oracle(ctx: BenchContext) -> ScenarioResult:
                "engine": engine, "engine_over_best_raw": ratio}
     return ScenarioResult(figures=figures, table=rows, notes=[
         f"vidql's exact scan runs at {ratio:.2f} of the best raw loop "
-        f"({best or 'default'} onnxruntime threads), target >= 0.85"])
+        f"({best or 'default'} onnxruntime threads), target >= 0.85",
+        f"each path ran {1 if ctx.tiny else ROUNDS} times, in turn; its fastest run is shown"])

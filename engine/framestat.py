@@ -244,30 +244,43 @@ def count_detections(key: tuple[str | None, float], labels: np.ndarray, scores: 
 
 class FrameStatistics:
     """Evaluates frame statistics from per-frame counts (one column per `keys` entry), the
-    same values `evaluate` gives. Each distinct row of counts is evaluated once, all
-    statistics in one statement, and remembered: a callback costs array operations only."""
+    same values `evaluate` gives. A statistic that is one frame function is its count
+    (`objects`) or count >= 1 (`contains`); the others are evaluated once per distinct row
+    of counts, all in one statement, and remembered: a callback costs array operations only."""
 
     def __init__(self, exprs):
         self.exprs = [parse_frame_expr(e) if isinstance(e, str) else e for e in exprs]
         self.keys = list(dict.fromkeys(count_key(fn) for e in self.exprs for fn in e.functions))
-        self.functions = list(dict.fromkeys(fn for e in self.exprs for fn in e.functions))
-        self.by_frame = any(_mentions_frame(e) for e in self.exprs)  # e.g. frame % 2 = 0
+        self.direct = [_direct_column(e, self.keys) for e in self.exprs]
+        self.others = [e for e, d in zip(self.exprs, self.direct, strict=True) if d is None]
+        self.functions = list(dict.fromkeys(fn for e in self.others for fn in e.functions))
+        self.by_frame = any(_mentions_frame(e) for e in self.others)  # e.g. frame % 2 = 0
         self._memo: dict[tuple, np.ndarray] = {}
 
     def __call__(self, frames: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, ...]:
         """Values (float64, one array per statistic) of `frames` whose counts of `keys` are
         the columns of `counts` (len(frames) × len(keys))."""
         frames = np.asarray(frames, dtype=np.int64)
-        rows = np.column_stack([counts.reshape(len(frames), len(self.keys)), frames]
-                               if self.by_frame else [counts.reshape(len(frames), len(self.keys))])
+        counts = counts.reshape(len(frames), len(self.keys))
+        others = iter(self._others(frames, counts) if self.others else ())
+        return tuple(next(others) if d is None else
+                     (counts[:, d[0]] >= 1 if d[1] else counts[:, d[0]]).astype(np.float64)
+                     for d in self.direct)
+
+    def _others(self, frames: np.ndarray, counts: np.ndarray) -> list[np.ndarray]:
+        """Values of the statistics that are not one frame function, through the memo."""
+        rows = np.column_stack([counts, frames]) if self.by_frame else counts
         distinct, inverse = np.unique(rows, axis=0, return_inverse=True)
         todo = [row for row in map(tuple, distinct.tolist()) if row not in self._memo]
+        if todo and len(self.keys) == 1 and not self.by_frame:
+            # one count: every count up to twice the largest seen, in the same statement
+            todo = [(c,) for c in range(2 * max(todo)[0] + 16) if (c,) not in self._memo]
         if todo:
             self._memo.update(zip(todo, self._evaluate(np.array(todo, dtype=np.int64)), strict=True))
         table = np.array([self._memo[row] for row in map(tuple, distinct.tolist())],
-                         dtype=np.float64).reshape(len(distinct), len(self.exprs))
+                         dtype=np.float64).reshape(len(distinct), len(self.others))
         values = table[np.asarray(inverse).ravel()]
-        return tuple(values[:, i].copy() for i in range(len(self.exprs)))
+        return [values[:, i].copy() for i in range(len(self.others))]
 
     def _evaluate(self, rows: np.ndarray) -> list[np.ndarray]:
         """Each statistic on each row of counts (plus frame), in one DuckDB statement."""
@@ -281,9 +294,9 @@ class FrameStatistics:
         con.register("__vals", pd.DataFrame(table))
         try:
             try:
-                values = _select(con, self.exprs)
+                values = _select(con, self.others)
             except duckdb.Error:
-                for expr in self.exprs:  # name the statistic that fails
+                for expr in self.others:  # name the statistic that fails
                     try:
                         _select(con, [expr])
                     except duckdb.Error as exc:
@@ -293,6 +306,15 @@ class FrameStatistics:
             return list(np.column_stack(values))
         finally:
             con.unregister("__vals")
+
+
+def _direct_column(expr: FrameExpr, keys: list[tuple]) -> tuple[int, bool] | None:
+    """(column of its count in `keys`, whether it is `contains`) for a statistic that is
+    exactly one frame function; None for any other."""
+    if len(expr.functions) != 1 or expr.sql.strip() != expr.functions[0].column:
+        return None
+    fn = expr.functions[0]
+    return keys.index(count_key(fn)), fn.kind == "contains"
 
 
 def _select(con, exprs: list[FrameExpr]) -> list[np.ndarray]:

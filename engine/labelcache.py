@@ -24,6 +24,7 @@ from .framestat import FrameExpr, FrameStatistics, count_detections, count_sql
 from .oracle_api import Oracle, check_detections
 
 MIN_AHEAD = 16  # frames labelled at once when an operator asks fewer (label_ahead)
+COUNTS_AT_ONCE = 4096  # uncounted earlier labels counted in one statement when at most this many
 
 SCHEMA_SQL = """
 CREATE SCHEMA IF NOT EXISTS vidql;
@@ -87,6 +88,7 @@ class LabelCache:
         # from each batch the oracle returns, and from the catalog for earlier labels
         self._counts: dict[tuple, np.ndarray] = {}
         self._cost = [0, 0.0]  # oracle frames and seconds not yet recorded in the catalog
+        self._commits = [0, 0.0]  # batches committed by this cache and their seconds
 
     @property
     def labelled_frames(self) -> np.ndarray:
@@ -147,20 +149,33 @@ class LabelCache:
             if own:
                 bar.close()
 
-    def label_ahead(self, frames, now: int) -> None:
+    def label_ahead(self, frames, now: int, done: int = 0) -> None:
         """An operator asks for `frames[:now]` now and for the rest of `frames` next, in
-        that order: when some of the first are not labelled, label them with the next
-        unlabelled ones, so an operator asking a frame at a time still labels in batches
-        (of at least MIN_AHEAD frames, or a whole oracle batch as its requests grow)."""
+        that order, having had `done` frames labelled for it so far: when some of the first
+        are not labelled, label them with the next unlabelled ones, so an operator asking a
+        frame at a time still labels in batches (of at least MIN_AHEAD frames, or a whole
+        oracle batch as its requests grow)."""
         frames = self._check_range(frames)
         needed = int((~self._labelled[frames[:now]]).sum())
         if needed:
             todo = frames[~self._labelled[frames]]
             batch = max(1, int(self.oracle.batch_size))
             # frames labelled ahead are real oracle calls the query may not use: whole
-            # batches, but never more than twice what is asked now (or MIN_AHEAD)
-            ahead = min(-(-needed // batch) * batch, max(MIN_AHEAD, 2 * now))
+            # batches, but never more than twice what is asked now or MIN_AHEAD; for an
+            # oracle that labels frames faster than a commit takes, up to as many as it
+            # labels in a commit's time (the commit saved pays for them) and as `done`
+            least = max(MIN_AHEAD, min(self._frames_per_commit(), done))
+            ahead = min(-(-needed // batch) * batch, max(least, 2 * now))
             self.ensure(todo[:max(needed, ahead)])
+
+    def _frames_per_commit(self) -> int:
+        """How many frames the oracle labels (measured, or at its stated cost) in the
+        measured time of one commit; 0 before either is known."""
+        calls, seconds = self.stats.oracle_calls, self.stats.oracle_seconds
+        commits, commit_seconds = self._commits
+        if not (calls and commits and seconds > 0):
+            return 0
+        return int(commit_seconds / commits / (seconds / calls))
 
     def _progress(self, desc: str, total: int | None) -> tqdm:
         """A bar on stderr, drawn only on a terminal (and when the cache shows progress)."""
@@ -188,11 +203,8 @@ class LabelCache:
         clip = self.clip_map.names[ordinal[0]]
         try:
             if found is None:
-                det = check_detections(self.oracle.detect_in_clip(
-                    pixels, local, clip, len(self.clip_map.names) == 1), local, self.oracle)
-                det["frame"] += self.clip_map.first[ordinal[0]]  # back to global positions
-            else:  # labelled elsewhere (Ray actors), by global position
-                det = check_detections(found[0], ids, self.oracle)
+                det = self.oracle.detect_in_clip(pixels, local, clip,
+                                                 len(self.clip_map.names) == 1)
         except VidqlError:
             raise
         except Exception as exc:
@@ -201,10 +213,17 @@ class LabelCache:
                               f"{local[-1]}{where} of video {self.video!r}: "
                               f"{type(exc).__name__}: {exc}; "
                               f"{int(self._labelled.sum())} labelled frames stay cached") from exc
-        t2 = time.perf_counter() if found is None else t1 + found[1]
+        t2 = time.perf_counter() if found is None else t1 + found[1]  # the oracle's own time
+        if found is None:  # checking its output is the engine's time
+            det = check_detections(det, local, self.oracle)
+            det["frame"] += self.clip_map.first[ordinal[0]]  # back to global positions
+        else:  # labelled elsewhere (Ray actors), by global position
+            det = check_detections(found[0], ids, self.oracle)
         rows = pd.Index(ids).get_indexer(det["frame"].to_numpy())
         self._cost = [self._cost[0] + len(ids), self._cost[1] + t2 - t1]
+        t3 = time.perf_counter()
         self._commit(ids, det, np.bincount(rows, minlength=len(ids)), self._cost if last else None)
+        self._commits = [self._commits[0] + 1, self._commits[1] + time.perf_counter() - t3]
         if last:
             self._cost = [0, 0.0]
         labels, scores = det["label"].to_numpy(object), det["score"].to_numpy(np.float64)
@@ -287,7 +306,11 @@ class LabelCache:
         unknown = np.unique(frames[np.any([self._counts[k][frames] < 0 for k in keys], axis=0)]
                             if keys and len(frames) else frames[:0])
         if len(unknown):
-            self._load_counts(unknown, keys)
+            # frames labelled before this cache counted them (an index's, say): all in one
+            # statement when they are few, else those asked now
+            pending = np.flatnonzero(self._labelled & np.any([self._counts[k] < 0 for k in keys],
+                                                             axis=0))
+            self._load_counts(pending if len(pending) <= COUNTS_AT_ONCE else unknown, keys)
         return np.column_stack([self._counts[k][frames] for k in keys]) if keys else \
             np.zeros((len(frames), 0), dtype=np.int32)
 

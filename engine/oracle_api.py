@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from vidql.errors import OracleError
-from vidql.detections import DETECTION_COLUMNS, FLOAT_COLUMNS, missing_columns
+from vidql.detections import FLOAT_COLUMNS, missing_columns
 
 COCO_CLASSES = (
     "person bicycle car motorcycle airplane bus train truck boat traffic_light fire_hydrant "
@@ -62,17 +62,18 @@ class Oracle(ABC):
 
 
 def check_detections(df: pd.DataFrame, frame_ids: np.ndarray, oracle: Oracle) -> pd.DataFrame:
-    """Validate an oracle's output before it is cached, so a buggy oracle cannot poison it."""
+    """Validate an oracle's output before it is cached, so a buggy oracle cannot poison it;
+    returns a new DataFrame of DETECTION_COLUMNS (frame int64, label str), built from arrays."""
     missing = missing_columns(df)
     if missing:
         raise OracleError(f"oracle {oracle.name!r} returned detections without columns {missing}")
-    df = df[DETECTION_COLUMNS].copy()
-    stray = ~df["frame"].isin(frame_ids)
+    frame = df["frame"].to_numpy()
+    stray = ~np.isin(frame, frame_ids)
     if stray.any():
         raise OracleError(f"oracle {oracle.name!r} returned detections for frames it was not "
-                          f"asked about: {sorted(set(df['frame'][stray]))[:5]}")
-    if df[FLOAT_COLUMNS].isna().any().any() or df["label"].isna().any():
+                          f"asked about: {sorted(set(frame[stray].tolist()))[:5]}")
+    floats = {c: df[c].to_numpy() for c in FLOAT_COLUMNS}
+    if df["label"].isna().any() or any(pd.isna(v).any() for v in floats.values()):
         raise OracleError(f"oracle {oracle.name!r} returned detections with missing values")
-    df["frame"] = df["frame"].astype("int64")
-    df["label"] = df["label"].astype("str")
-    return df
+    return pd.DataFrame({"frame": frame.astype(np.int64, copy=False),
+                         "label": df["label"].astype("str").array, **floats})

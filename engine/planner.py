@@ -90,7 +90,7 @@ class Binding:
     def truth(self, expr: FrameExpr | str):
         """Callback: positions in the population -> true values of one statistic."""
         values = self.truths(expr)
-        return self._ahead(lambda positions: values(positions)[0])
+        return _labels_ahead_as(lambda positions: values(positions)[0], values)
 
     def frames(self, positions) -> np.ndarray:
         """Frame numbers of positions in the population."""
@@ -102,7 +102,8 @@ class Binding:
         once (vidql.queries)."""
         batch = max(1, int(self.cache.oracle.batch_size))
         fn.ahead = lambda positions, now: self.cache.label_ahead(
-            self.frames(positions[:now + 2 * batch]), now)
+            self.frames(positions[:now + 2 * batch]), now,
+            self.cache.stats.oracle_calls - self.before.oracle_calls)
         return fn
 
     def frame_rows(self, positions: np.ndarray) -> pd.DataFrame:
@@ -193,10 +194,9 @@ def run_approximate(db, q: Query) -> Result:
     report = binding.report(q.kind, seed)
     t0 = time.perf_counter()
     aggregate = q.kind in ("aggregate", "aggregate_budget")
-    run = _run_aggregate if aggregate else _run_selection
     with binding.cache.progress_bar(f"{q.kind} on {binding.video}, calling the oracle",
                                     q.clauses.budget):
-        frame = run(binding, q, binding.sampling_seed(seed), report)
+        frame = run_operator(binding, q, binding.sampling_seed(seed), report)
     report.seconds["total"] = time.perf_counter() - t0
     # aggregates leave the index as it is, so a SEEDed aggregate repeats exactly
     binding.finish(report, crack=not aggregate)
@@ -205,6 +205,14 @@ def run_approximate(db, q: Query) -> Result:
         frame["oracle_calls"] = report.oracle_calls
     report.simulated_cost_ms = binding.cache.oracle.simulated_cost_ms
     return Result.of(db.catalog.con, frame, report)
+
+
+def run_operator(b: Binding, q: Query, seed: int, report: Report) -> pd.DataFrame:
+    """Run the operator the planner picks for `q` with the operators' `seed` on `b`'s proxy
+    and true values (`b.truths`: the label cache, or arrays where a caller replaces it, as
+    the scale bench does); the relation of docs/sql.md, its guarantee in `report`."""
+    aggregate = q.kind in ("aggregate", "aggregate_budget")
+    return (_run_aggregate if aggregate else _run_selection)(b, q, seed, report)
 
 
 def _aggregate_frame(result, scale: float, confidence: float, groups=None,

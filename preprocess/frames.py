@@ -37,8 +37,7 @@ class FrameReader:
         self.threads = threads
         self.interpolation = interpolation
         self.options = dict(options or {})
-        self._index_of_pts = ({t: i for i, t in enumerate(self.info.pts)}
-                              if self.info.pts_unique else None)
+        self._index_of_pts = self.info.index_of_pts
         self._container = None
         self._stream = None
         # One swscale context for the reader's life: frame.to_ndarray(format=...) builds a new

@@ -10,6 +10,7 @@ the video is decoded once, which is the only way to learn the truth when the hea
 from __future__ import annotations
 
 import bisect
+import functools
 import os
 import re
 from dataclasses import dataclass
@@ -59,6 +60,15 @@ class VideoInfo:
     def gop_of(self, frame: int) -> int:
         """Position in `keyframes` of the last keyframe at or before `frame`."""
         return max(bisect.bisect_right(self.keyframes, frame) - 1, 0)
+
+    @functools.cached_property
+    def index_of_pts(self) -> dict[int, int] | None:
+        """Frame number of each timestamp (None when timestamps repeat), built once per
+        info however many readers use it; never pickled."""
+        return {t: i for i, t in enumerate(self.pts)} if self.pts_unique else None
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "index_of_pts"}
 
 
 def probe_video(path: str | os.PathLike) -> VideoInfo:

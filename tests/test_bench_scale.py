@@ -41,6 +41,7 @@ def test_scale_scenario_reports_every_figure(tmp_path, monkeypatch):
         figures_of_kind = result["queries"][kind]
         assert set(QUERY_FIGURES) <= set(figures_of_kind), kind
         assert clause in figures_of_kind["sql"], kind
+        assert figures_of_kind["same_answer"], kind  # the planner's operator on arrays agrees
     assert "peak_rss_mb" in result
     assert [p.endswith("scale.png") for p in entry["plots"]] == [True]
     assert (ctx.out_dir / "scale.png").stat().st_size > 0
@@ -63,3 +64,29 @@ def test_scale_settings_from_the_environment(monkeypatch):
     assert scale_sizes(quick=True) == (2000, 5000)
     assert build_options() == ({}, {"reps": 200, "embedder": "pixel"})
     assert with_clause(build_options()[1]) == " WITH (reps = 200, embedder = 'pixel')"
+
+
+def test_array_path_is_the_planners_own_operator_call(traffic_db, small_traffic, monkeypatch):
+    """The bench's operator on arrays is the planner's `run_operator` with true values from
+    the label file, so it gives the SQL query's answer with the same seed."""
+    import vidql
+    from vidql.bench.scenarios_scale import measure_query
+    from vidql.datasets import read_labels
+    from vidql.engine import planner
+
+    kinds = []
+    run_operator = planner.run_operator
+    monkeypatch.setattr(planner, "run_operator",
+                        lambda b, q, *rest: kinds.append(q.kind) or run_operator(b, q, *rest))
+    detections = read_labels(small_traffic[1])
+    sqls = {"aggregate": "SELECT AVG(objects('car')) FROM t ERROR WITHIN 0.3 SEED 3",
+            "aggregate_budget": "SELECT COUNT(*) FROM t WHERE contains('bus') "
+                                "ORACLE BUDGET 60 SEED 3",
+            "limit": "SELECT frame FROM t WHERE objects('car') >= 3 LIMIT 2 GAP 5 SEED 3"}
+    with vidql.connect(traffic_db, progress=False) as db:
+        for kind, sql in sqls.items():
+            kinds.clear()
+            figures = measure_query(db, sql, detections)
+            assert kinds == [kind] * 3, kinds  # on arrays (warm-up, timed), then through SQL
+            assert figures["same_answer"], (sql, figures)
+            assert 0 < figures["array_oracle_calls"] <= figures["labels_used"]

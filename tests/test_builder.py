@@ -71,8 +71,8 @@ def test_every_builder_call_round_trips_through_the_parser(kind, args, kwargs, c
 
 def test_builder_has_the_sql_defaults():
     """No budget of its own: a missing budget fails as in SQL, with the same message."""
-    for kind, sql in (("select", "SELECT frame, ts FROM t WHERE (contains('bus')) RECALL TARGET 0.9"),
-                      ("rare", "SELECT frame, ts FROM t WHERE (contains('bus')) FIND RARE")):
+    for kind, sql in (("select", "SELECT clip, frame, ts FROM t WHERE (contains('bus')) RECALL TARGET 0.9"),
+                      ("rare", "SELECT clip, frame, ts FROM t WHERE (contains('bus')) FIND RARE")):
         built = V.where(contains("bus")).to_sql(kind, **({"recall": 0.9} if kind == "select" else {}))
         assert built == sql
         with pytest.raises(QueryError) as by_builder:

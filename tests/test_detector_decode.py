@@ -140,7 +140,51 @@ def test_yolox_layout_grid_decoding_bgr_and_objectness(fake_detector):
     assert (blob[:, 300, 300] == 114).all()  # padding below the image
 
 
+def test_yolox_class_scores_above_one_still_count(fake_detector):
+    """Anchors below the threshold in objectness are skipped only while class scores are
+    at most 1; a model whose class outputs exceed 1 still has every anchor scored."""
+    anchors = sum((416 // stride) ** 2 for stride in (8, 16, 32))
+    out = np.zeros((anchors, 85), dtype=np.float32)
+    out[7, :5] = [0.5, 0.5, 0.0, 0.0, 0.2]  # objectness 0.2, below the 0.3 threshold
+    out[7, 5 + BUS] = 2.0                   # unnormalised class output: confidence 0.4
+    det = fake_detector(out, input_hw=(416, 416))
+    df = det.detect(np.zeros((1, 104, 208, 3), dtype=np.uint8), np.array([0]))
+    assert list(df["label"]) == ["bus"] and df["score"].item() == pytest.approx(0.4)
+
+
 def test_unknown_output_layout_is_a_clear_error(fake_detector):
     det = fake_detector(np.zeros((50, 50), dtype=np.float32))
     with pytest.raises(OracleError, match="cannot tell the ONNX output layout"):
         det.detect(np.zeros((1, 64, 64, 3), dtype=np.uint8), np.array([0]))
+
+
+@pytest.mark.parametrize("seconds, chosen", [
+    ({1: 0.010, "cores": 0.0097, 0: 0.0096}, 1),  # within 10%: the fewest threads
+    ({1: 0.020, "cores": 0.010, 0: 0.010}, "cores"),  # one per core, before the default
+])
+def test_thread_choice_prefers_fewer_threads(monkeypatch, seconds, chosen):
+    """Each setting is timed several times in turn and judged by its best run; a setting
+    with more threads must be more than 10% faster to be kept."""
+    import os
+    import time
+
+    import onnxruntime as ort
+
+    cores = os.cpu_count() or 1
+    if cores == 1:
+        pytest.skip("one core: the only settings are 1 thread and the default")
+    delay = {(cores if k == "cores" else k): v for k, v in seconds.items()}
+
+    class Session:
+        def __init__(self, path=None, options=None, providers=None):
+            self.threads = options.intra_op_num_threads if options else 0
+
+        def run(self, outputs, feed):
+            time.sleep(delay[self.threads])
+
+    monkeypatch.setattr(ort, "InferenceSession", Session)
+    det = object.__new__(OnnxDetector)
+    det.path, det.providers, det.input_name, det.session = "m.onnx", [], "x", Session()
+    det._choose_threads(np.zeros((1, 3, 8, 8), dtype=np.float32))
+    assert det.threads == (cores if chosen == "cores" else chosen)
+    assert det.session.threads == det.threads

@@ -13,7 +13,8 @@ from conftest import shared_path
 
 EXPRS = ["objects('car')", "contains('bus')", "objects(*)", "objects('car', 0.5)",
          "objects('car') >= 2 AND NOT contains('truck')", "objects('car') + 2 * objects('bus')",
-         "CASE WHEN frame % 3 = 0 THEN objects('truck') ELSE 0 END", "contains('Car')"]
+         "CASE WHEN frame % 3 = 0 THEN objects('truck') ELSE 0 END", "contains('Car')",
+         "objects('car') >= 3", "(contains('bus'))"]
 
 
 def _check_values(db_path, video: str, labels_path, n: int) -> None:
@@ -79,8 +80,9 @@ def test_error_within_labels_whole_batches(small_traffic, tmp_path):
                "WITH (batch_size = 32); SET ORACLE t = truth")
         sizes = []
         oracle = db.labels("t").oracle
-        detect = oracle.detect
-        oracle.detect = lambda frames, ids: sizes.append(len(ids)) or detect(frames, ids)
+        detect = oracle.detect_in_clip
+        oracle.detect_in_clip = lambda frames, ids, *clip: sizes.append(len(ids)) or detect(
+            frames, ids, *clip)
         answer = db.sql("SELECT AVG(objects('car')) FROM t ERROR WITHIN 0.3 SEED 2").df()
         assert answer["frames"][0] > 32 and sum(sizes) == db.last_report.oracle_calls
         assert sum(sizes) == len(set(db.labels("t").labelled_frames))
@@ -115,3 +117,108 @@ def test_callback_values_come_from_memory(small_traffic, tmp_path):
         assert statements == []
         truth = read_labels(labels)
         np.testing.assert_array_equal(cars, evaluate("objects('car')", truth, [273, 280, 287]))
+
+
+def _labels_db(path, video, labels, options: str):
+    db = vidql.connect(path, progress=False)
+    db.sql(f"LOAD VIDEO '{video}' AS t; CREATE ORACLE truth FROM LABELS '{labels}' "
+           f"WITH ({options}); SET ORACLE t = truth")
+    return db
+
+
+def _batch_sizes(db) -> list[int]:
+    sizes = []
+    oracle = db.labels("t").oracle
+    detect = oracle.detect_in_clip
+    oracle.detect_in_clip = lambda frames, ids, *clip: sizes.append(len(ids)) or detect(
+        frames, ids, *clip)
+    return sizes
+
+
+def test_cheap_oracle_labels_whole_batches_from_the_start(small_traffic, tmp_path):
+    """Once a commit's time is measured, an oracle that labels a batch in less time than a
+    commit takes gets as many frames as the query has had labelled (up to a whole batch)
+    from its first requests on, so fewer commits; an expensive one still gets MIN_AHEAD
+    frames for a request of one or two."""
+    video, labels = small_traffic
+    sql = "SELECT AVG(objects('car')) FROM t ERROR WITHIN 0.3 SEED 2"
+    with _labels_db(tmp_path / "cheap.db", video, labels, "batch_size = 32, cost_ms = 1e-6") as db:
+        sizes = _batch_sizes(db)
+        db.sql(sql)
+        assert sizes[:2] == [MIN_AHEAD] * 2 and set(sizes[2:-1]) == {32}, sizes
+    with _labels_db(tmp_path / "dear.db", video, labels, "batch_size = 32, cost_ms = 1e4") as db:
+        sizes = _batch_sizes(db)
+        db.sql(sql)
+        assert sizes[:3] == [MIN_AHEAD] * 3, sizes
+
+
+def test_earlier_labels_counted_in_one_statement(small_traffic, tmp_path):
+    """Frames labelled before the cache counted them (by an index, another connection) are
+    counted from the catalog in one statement, not one per callback that meets them."""
+    video, labels = small_traffic
+    with _labels_db(tmp_path / "e.db", video, labels, "batch_size = 16") as db:
+        db.labels("t").ensure(np.arange(0, 300, 3))
+    with vidql.connect(tmp_path / "e.db", progress=False) as db:
+        cache = db.labels("t")
+        values = cache.true_values("objects('car')")
+        statements = []
+        execute = cache.con.execute
+        cache.con = type("Counting", (), {"execute": lambda self, *a: statements.append(a[0])
+                                          or execute(*a)})()
+        for start in range(0, 300, 30):
+            values(np.arange(start, start + 30, 3))
+        assert len(statements) == 1, statements
+        truth = read_labels(labels)
+        np.testing.assert_array_equal(values(np.arange(0, 300, 3))[0],
+                                      evaluate("objects('car')", truth, np.arange(0, 300, 3)))
+
+
+def test_statistics_need_few_statements(monkeypatch):
+    """A statistic that is one frame function takes its values from the counts without a
+    statement; a statistic of one count evaluates every count up to twice the largest seen
+    in one statement."""
+    from vidql.engine import framestat
+
+    statements = []
+    connection = framestat.connection
+    monkeypatch.setattr(framestat, "connection", lambda: statements.append(1) or connection())
+    stats = framestat.FrameStatistics(["objects('car')", "contains('bus')"])
+    frames = np.arange(6)
+    counts = np.array([[0, 0], [1, 2], [7, 0], [3, 1], [40, 5], [2, 0]])
+    cars, bus = stats(frames, counts)
+    assert statements == []
+    np.testing.assert_array_equal(cars, [0, 1, 7, 3, 40, 2])
+    np.testing.assert_array_equal(bus, [0, 1, 0, 1, 1, 0])
+    crowd = framestat.FrameStatistics(["objects('car') >= 3"])
+    for count in (5, 0, 2, 9, 25):
+        (value,) = crowd(np.array([count]), np.array([[count]]))
+        assert value[0] == float(count >= 3)
+    assert len(statements) == 1
+
+
+def test_bad_oracle_output_is_refused_before_caching():
+    """The array-built check still refuses missing columns, detections of frames not asked
+    about and missing values, and returns the standard columns and dtypes."""
+    import pandas as pd
+    import pytest
+
+    from vidql.detections import DETECTION_COLUMNS
+    from vidql.engine.oracle_api import check_detections
+    from vidql.errors import OracleError
+
+    oracle = type("O", (), {"name": "o"})()
+    good = pd.DataFrame({"frame": [3, 3, 5], "label": ["car", "bus", "car"],
+                         "score": [0.9, 0.8, 0.7], "x1": [1.0] * 3, "y1": [2.0] * 3,
+                         "x2": [3.0] * 3, "y2": [4.0] * 3, "extra": [0] * 3}, index=[7, 8, 9])
+    checked = check_detections(good, np.array([3, 5]), oracle)
+    assert list(checked.columns) == DETECTION_COLUMNS and list(checked.index) == [0, 1, 2]
+    assert checked["frame"].dtype == np.int64 and checked["label"].tolist() == ["car", "bus", "car"]
+    with pytest.raises(OracleError, match="without columns"):
+        check_detections(good.drop(columns="x2"), np.array([3, 5]), oracle)
+    with pytest.raises(OracleError, match=r"not asked about: \[5\]"):
+        check_detections(good, np.array([3]), oracle)
+    for column, value in (("score", np.nan), ("label", None)):
+        bad = good.copy()
+        bad.loc[8, column] = value
+        with pytest.raises(OracleError, match="missing values"):
+            check_detections(bad, np.array([3, 5]), oracle)

@@ -164,3 +164,18 @@ def test_open_gop_random_reads(tmp_path):
     wanted = [71, 11, 12, 13, 35, 24, 23, 60, 0, 47]
     with FrameReader(path) as reader:
         assert [digest(g) for g in reader.read(wanted)] == [expected[i] for i in wanted]
+
+
+def test_readers_of_one_info_share_the_timestamp_map(clip, clip_frames):
+    """The pts -> frame map of a video is built once per VideoInfo, not once per reader
+    (an oracle query opens readers batch after batch), and is never pickled."""
+    import pickle
+
+    info = probe_video(clip)
+    first, second = FrameReader(clip, info), FrameReader(clip, info)
+    assert first._index_of_pts is second._index_of_pts is info.index_of_pts
+    assert len(info.index_of_pts) == info.frame_count
+    copy = pickle.loads(pickle.dumps(info))
+    assert "index_of_pts" not in copy.__dict__ and copy == info
+    with FrameReader(clip, copy) as reader:
+        assert digest(reader.read([7])[0]) == digest(clip_frames[7])
