@@ -162,9 +162,10 @@ def test_earlier_labels_counted_in_one_statement(small_traffic, tmp_path):
         cache = db.labels("t")
         values = cache.true_values("objects('car')")
         statements = []
-        execute = cache.con.execute
-        cache.con = type("Counting", (), {"execute": lambda self, *a: statements.append(a[0])
-                                          or execute(*a)})()
+        con = cache.con
+        cache.con = type("Counting", (), {
+            "execute": lambda self, *a: statements.append(a[0]) or con.execute(*a),
+            "__getattr__": lambda self, name: getattr(con, name)})()
         for start in range(0, 300, 30):
             values(np.arange(start, start + 30, 3))
         assert len(statements) == 1, statements
