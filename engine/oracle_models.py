@@ -248,9 +248,10 @@ class TorchvisionDetector(Oracle):
     def detect(self, frames: np.ndarray, frame_ids: np.ndarray) -> pd.DataFrame:
         import torch
 
+        from vidql.preprocess.transforms import to_images
+
         with torch.inference_mode():
-            batch = torch.from_numpy(np.ascontiguousarray(frames)).to(self.device)
-            outputs = self.net(list(batch.permute(0, 3, 1, 2).float().div_(255)))
+            outputs = self.net(list(to_images(frames, self.device).div_(255)))
         rows = []
         for frame_id, out in zip(frame_ids, outputs, strict=True):
             keep = out["scores"] >= self.score
