@@ -625,6 +625,7 @@ class Catalog:
         key = (row["name"], o.identity)
         if key not in self._caches:
             self.clip_infos(row["name"])  # a clip whose file is gone or changed: an error now
+            o.check_clips(self.clip_map(row["name"]).names)
             if self.executor is not None:  # the same identity, labelled on Ray actors
                 name, kind, source, options, _ = self._oracle_row(o.name)
                 o = self.executor.oracle(o, (name, kind, source, json.loads(options)),

@@ -57,6 +57,11 @@ class Oracle(ABC):
         at pixels need not care; the LABELS oracle looks the clip up."""
         return self.detect(frames, frame_ids)
 
+    def check_clips(self, clips: tuple[str, ...]) -> None:
+        """Raise OracleError when this oracle cannot label a video with these clips (an
+        oracle that looks at pixels labels any)."""
+        return None
+
     def describe(self) -> str:
         return f"{type(self).__name__} {self.identity}"
 

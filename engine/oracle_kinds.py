@@ -40,6 +40,19 @@ class LabelsOracle(Oracle):
         self.identity = f"labels:{name}:{file_digest(path)}"
         self.sources = (Path(path),)
 
+    def check_clips(self, clips: tuple[str, ...]) -> None:
+        """A file without a clip column labels one clip; one with a clip column must name
+        some clip of the video (a clip it lacks has no detections, like an empty street,
+        but a file naming none of them is the wrong file, not an empty video)."""
+        if self.clips is None and len(clips) > 1:
+            raise OracleError(f"label file of oracle {self.name!r} has no 'clip' column, so it "
+                              f"cannot tell the {len(clips)} clips of a collection apart: add a "
+                              f"clip column naming each row's clip")
+        if self.clips is not None and not set(clips) & set(self.clips):
+            raise OracleError(f"label file of oracle {self.name!r} names none of the video's "
+                              f"clips ({', '.join(clips[:5])}); its clips are "
+                              f"{', '.join(self.clips[:5])}")
+
     def detect(self, frames, frame_ids: np.ndarray) -> pd.DataFrame:
         if self.clips is not None and len(self.clips) != 1:
             raise OracleError(f"label file of oracle {self.name!r} holds {len(self.clips)} "
@@ -54,10 +67,6 @@ class LabelsOracle(Oracle):
             raise OracleError(f"label file of oracle {self.name!r} has no 'clip' column, so it "
                               f"cannot label clip {clip!r} of a collection: add a clip column "
                               f"naming each row's clip")
-        if self.clips is not None and clip not in self.clips:
-            raise OracleError(f"label file of oracle {self.name!r} has no rows for clip {clip!r} "
-                              f"(its clips: {', '.join(self.clips[:10])}); a clip name that "
-                              f"differs would give every frame zero detections")
         keys = frame_ids.tolist() if self.clips is None else [(clip, f) for f in frame_ids.tolist()]
         rows = [self._rows[k] for k in keys if k in self._rows]
         if not rows:

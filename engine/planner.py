@@ -62,17 +62,25 @@ class Binding:
     def _population(self, db, q: Query) -> np.ndarray:
         """Global positions (engine/clips.py) of the frames the query's restriction keeps
         (on clip, frame, ts, start_ts), ascending."""
-        kept = f"SELECT clip, frame FROM main.{quote_name(self.video)}"
-        if q.restriction:
-            kept += f" WHERE {q.restriction}"
-        sql = (f"SELECT c.first_frame + v.frame AS position FROM ({kept}) v JOIN (SELECT clip AS "
-               f"c_clip, first_frame FROM vidql.clips WHERE video = ?) c ON v.clip = c.c_clip")
         try:
-            got = db.catalog.con.execute(sql, [self.video]).fetchnumpy()["position"]
+            got = db.catalog.con.execute(self.kept_sql(), [self.video]).fetchnumpy()["position"]
         except duckdb.Error as exc:
             raise QueryError(f"cannot apply the frame restriction {q.restriction!r}: {exc}",
                              q.text, max(q.text.find(q.restriction or ""), 0)) from None
-        return np.sort(np.asarray(got, dtype=np.int64))
+        return np.asarray(got, dtype=np.int64)
+
+    def kept_sql(self, key: str | None = None) -> str:
+        """SQL (parameter: the video's name) for the frames the query's restriction keeps,
+        in global-position order: column `position`, and `k`, the value of the expression
+        `key` over the video table's columns, when given."""
+        q = self.q
+        kept = (f"SELECT {f'({key}) AS k, ' if key else ''}clip, frame "
+                f"FROM main.{quote_name(self.video)}")
+        if q.restriction:
+            kept += f" WHERE {q.restriction}"
+        return (f"SELECT {'v.k, ' if key else ''}c.first_frame + v.frame AS position FROM "
+                f"({kept}) v JOIN (SELECT clip AS c_clip, first_frame FROM vidql.clips WHERE "
+                f"video = ?) c ON v.clip = c.c_clip ORDER BY position")
 
     def proxy(self, expr: FrameExpr | None) -> np.ndarray | None:
         """Proxy scores of a frame statistic over the population (None without an index)."""
@@ -302,13 +310,8 @@ def _group_expr(q: Query) -> FrameExpr:
 def group_keys(b: Binding, q: Query) -> np.ndarray:
     """Each population frame's GROUP BY key, in population order: one DuckDB statement over
     the video table's rows with the query's restriction, in global-position order."""
-    kept = f"SELECT ({q.group_by}) AS k, clip, frame FROM main.{quote_name(b.video)}"
-    if q.restriction:
-        kept += f" WHERE {q.restriction}"
-    sql = (f"SELECT v.k FROM ({kept}) v JOIN (SELECT clip AS c_clip, first_frame FROM "
-           f"vidql.clips WHERE video = ?) c ON v.clip = c.c_clip ORDER BY c.first_frame + v.frame")
     try:
-        keys = b.db.catalog.con.execute(sql, [b.video]).df()["k"]
+        keys = b.db.catalog.con.execute(b.kept_sql(q.group_by), [b.video]).df()["k"]
     except duckdb.Error as exc:
         raise QueryError(f"cannot compute the GROUP BY key {q.group_by!r} from the video "
                          f"table's columns: {exc}", q.text,

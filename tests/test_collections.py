@@ -260,8 +260,22 @@ def test_labels_of_another_clip_name_are_an_error_not_zeros(clips, tmp_path):
     shutil.copy(folder / "cam0.mp4", other)
     with vidql.connect(progress=False) as db:
         db.sql(f"LOAD VIDEO '{other}' AS v; CREATE ORACLE truth FROM LABELS '{labels}'")
-        with pytest.raises(vidql.OracleError, match="no rows for clip 'renamed'"):
+        with pytest.raises(vidql.OracleError, match="names none of the video's clips"):
             db.sql("SELECT sum(objects('car')) FROM v")
+
+
+def test_a_clip_without_any_detection_counts_zero(clips, tmp_path):
+    """A clip of an empty street has no rows in a label file: its frames have no detections."""
+    folder, _, truth = clips
+    labels = tmp_path / "no_cam1.labels.parquet"
+    write_labels(truth[truth["clip"] != "cam1"], labels)
+    with vidql.connect(progress=False) as db:
+        db.sql(f"LOAD VIDEO '{folder}' AS cams; CREATE ORACLE truth FROM LABELS '{labels}'; "
+               "SET ORACLE cams = truth")
+        got = db.sql("SELECT clip, sum(objects('car')) AS cars FROM cams GROUP BY clip "
+                     "ORDER BY clip").df()
+        assert got["cars"].astype(int).tolist() == [
+            int(_car_counts(truth, "cam0").sum()), 0, int(_car_counts(truth, "cam2").sum())]
 
 
 def test_python_api_loads_a_glob_and_restricts_to_clips(clips):
