@@ -32,7 +32,8 @@ def test_loads_and_appends_every_clip_and_measures_the_catalog(tiny_run):
     assert load["clips"] == append["clips"] == TINY_CLIPS
     assert load["frames"] == TINY_CLIPS * TINY_FRAMES
     assert load["seconds_per_clip"] == pytest.approx(load["seconds"] / TINY_CLIPS)
-    assert len(append["append_seconds"]) == TINY_CLIPS - 1  # the first clip is loaded AS
+    assert len(append["append_seconds"]) == len(append["append_cpu_seconds"]) == TINY_CLIPS - 1
+    # (the first clip is loaded AS)
     for step in (load, append, result["create_index"]):
         assert step["catalog_bytes"] > 0 and step["peak_rss_mb"] > 0
     assert result["create_index"]["oracle_calls"] > 0
@@ -65,7 +66,14 @@ def test_every_answer_is_judged_against_the_truth_of_its_clips(tiny_run):
 
 
 def test_append_figures_compare_the_first_and_last_tenth():
-    figures = appends_figures({"append_seconds": [1.0] * 10 + [2.0] * 80 + [3.0] * 10})
+    wall = [1.0] * 10 + [2.0] * 80 + [3.0] * 10
+    cpu = [0.5 + 0.01 * k for k in range(100)]  # grows by 1 s per 100 clips
+    figures = appends_figures({"append_seconds": wall, "append_cpu_seconds": cpu})
     assert figures["first_mean_seconds"] == 1.0 and figures["last_mean_seconds"] == 3.0
     assert figures["last_over_first"] == 3.0 and figures["median_seconds"] == 2.0
-    assert appends_figures({"append_seconds": [2.0, 4.0]})["last_over_first"] == 2.0
+    assert figures["cpu_first_median_seconds"] == pytest.approx(0.545)
+    assert figures["cpu_last_median_seconds"] == pytest.approx(1.445)
+    assert figures["cpu_slope_seconds_per_100_clips"] == pytest.approx(1.0)
+    flat = appends_figures({"append_seconds": [2.0, 4.0], "append_cpu_seconds": [1.0, 1.0]})
+    assert flat["last_over_first"] == 2.0 and flat["cpu_last_over_first"] == 1.0
+    assert flat["cpu_slope_seconds_per_100_clips"] == pytest.approx(0.0, abs=1e-9)
