@@ -242,21 +242,31 @@ def judge_queries(queries: dict, exact: dict, clip_frames: dict) -> dict:
         if "refused" in query:
             out[key] = {"refused": query["refused"]}
         elif key == "group_by":
-            groups = {}
-            for row in query["rows"]:
-                clip = row["clip"]
-                groups[clip] = {"estimate": float(row["estimate"]), "exact": exact[clip],
-                                "covered": bool(row["ci_low"] <= exact[clip] <= row["ci_high"])}
-            chosen = {clip: clip_frames[clip] for clip in groups}
-            out[key] = {"groups": groups, "oracle_calls": query["oracle_calls"],
-                        "labelled_frames": population_labelled(query, chosen),
-                        "exact_frames": sum(chosen.values()),
-                        "all_covered": all(g["covered"] for g in groups.values()),
-                        "seconds": query["seconds"]}
+            out[key] = judged_groups(query, exact, clip_frames)
         else:
             chosen = clip_frames if key == "*" else {key: clip_frames[key]}
             out[key] = judged(query, exact[key], chosen, ERROR_ALL if key == "*" else ERROR_CLIP)
     return out
+
+
+def judged_groups(query: dict, exact: dict, clip_frames: dict) -> dict:
+    """A GROUP BY clip ERROR WITHIN answer, each group against its exact value (the group
+    key in a `clip` or `group` column); its rows unjudged when it has other columns."""
+    columns = set(query["rows"][0]) if query["rows"] else set()
+    key = "clip" if "clip" in columns else "group"
+    if not {key, "estimate", "ci_low", "ci_high"} <= columns:
+        return {"unjudged": f"columns {sorted(columns)}", "rows": query["rows"]}
+    groups = {}
+    for row in query["rows"]:
+        clip = str(row[key])
+        groups[clip] = {"estimate": float(row["estimate"]), "exact": exact[clip],
+                        "covered": bool(row["ci_low"] <= exact[clip] <= row["ci_high"])}
+    chosen = {clip: clip_frames[clip] for clip in groups}
+    return {"groups": groups, "oracle_calls": query["oracle_calls"],
+            "labelled_frames": population_labelled(query, chosen),
+            "exact_frames": sum(chosen.values()),
+            "all_covered": all(g["covered"] for g in groups.values()),
+            "seconds": query["seconds"]}
 
 
 def measure_collection(ctx: BenchContext, tag: str, source: Path, labels: Path,
@@ -398,8 +408,8 @@ def table_rows(runs: dict) -> list[dict]:
             step = {"*": "ERROR WITHIN, all clips", "group_by": "ERROR WITHIN GROUP BY clip"
                     }.get(key, f"ERROR WITHIN, clip {key}")
             row = blank | {"collection": tag, "step": step}
-            if "refused" in q:
-                row["covered"] = "refused"
+            if "refused" in q or "unjudged" in q:
+                row["covered"] = "refused" if "refused" in q else q["unjudged"]
             elif key == "group_by":
                 row |= {"clips": len(q["groups"]), "seconds": round(q["seconds"], 2),
                         "oracle_calls": q["oracle_calls"],
