@@ -17,6 +17,8 @@ its own traffic) are loaded as one collection `cams`, with their truth as one LA
 
 The real clips of ../shared/data (*.mp4, *.avi) are loaded the same way, as one
 collection from their folder, with one LABELS oracle from their `<stem>.labels.csv` files.
+A tiny run (the test suite's) loads 4 clips of 60 frames, builds a pixel index and runs its
+steps in this process.
 """
 from __future__ import annotations
 
@@ -74,8 +76,8 @@ def synthetic_clips(ctx: BenchContext, n_clips: int, frames: int) -> tuple[Path,
 
 
 def real_clips(ctx: BenchContext) -> tuple[Path, Path] | None:
-    """(../shared/data, a labels file of its clips with a `clip` column), or None when
-    there is no real clip with a label file."""
+    """(../shared/data, a labels file of its clips with a `clip` column), or None when it
+    holds no *.mp4 or *.avi or one of them has no `<stem>.labels.csv`."""
     from vidql.datasets import read_labels, write_labels
 
     data = Path(ctx.shared_dir) / "data" if ctx.shared_dir else None
