@@ -372,6 +372,8 @@ def run_collection(ctx: BenchContext) -> ScenarioResult:
              f"index options: {index_options or 'engine defaults'}"]
     if real is None:
         notes.append("real clips skipped: no ../shared/data with videos and label files")
+    notes += [f"{tag} clips, query {key!r} refused: {q['refused'].splitlines()[0]}"
+              for tag, run in runs.items() for key, q in run["queries"].items() if "refused" in q]
     return ScenarioResult(figures=figures, table=table_rows(runs), notes=notes,
                           plots=plot(ctx, runs))
 
