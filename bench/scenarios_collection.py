@@ -367,8 +367,9 @@ def run_collection(ctx: BenchContext) -> ScenarioResult:
              "seconds; median CPU seconds of the process, steadier on a shared machine); "
              "per_clip_s = median wall seconds of an append",
              f"ERROR WITHIN {ERROR_ALL} over all clips, {ERROR_CLIP} per clip, 95%, seed "
-             f"{ctx.seed}; each query on a fresh copy of the indexed database, so labels used = "
-             "new oracle calls + the index's labels it reuses; exact = every frame labelled",
+             f"{ctx.seed}; each query on a fresh copy of the indexed database: labelled_frames = "
+             "the population's frames labelled after it (the index's and its own oracle "
+             "calls) against exact_frames, the frames an exact answer labels",
              f"index options: {index_options or 'engine defaults'}"]
     if real is None:
         notes.append("real clips skipped: no ../shared/data with videos and label files")
