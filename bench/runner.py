@@ -11,7 +11,8 @@ from pathlib import Path
 from .registry import SCENARIOS, BenchContext, ScenarioResult
 
 SCENARIO_MODULES = ("scenarios_core", "scenarios_decode", "scenarios_index", "scenarios_queries",
-                    "scenarios_e2e", "scenarios_oracle", "scenarios_scale", "scenarios_scaleout")
+                    "scenarios_e2e", "scenarios_oracle", "scenarios_scale", "scenarios_scaleout",
+                    "scenarios_collection")
 
 
 def load_scenarios() -> dict:

@@ -112,7 +112,7 @@ def crowd_threshold(cars: np.ndarray, rate: float = RARE_RATE) -> int:
 
 # ---- steps, each in its own spawned process -------------------------------------------------
 
-def _peak_rss_mb() -> float:
+def peak_rss_mb() -> float:
     """This process image's peak RSS (VmHWM; ru_maxrss would carry the forking parent's)."""
     status = Path("/proc/self/status")
     if status.exists():
@@ -133,12 +133,12 @@ def load_step(db_path: str, video: str, labels: str, options: dict) -> dict:
     as the video's LABELS oracle."""
     import vidql
 
-    before = _peak_rss_mb()
+    before = peak_rss_mb()
     with vidql.connect(db_path, progress=False) as db:
         t0 = time.perf_counter()
         db.sql(f"LOAD VIDEO '{video}' AS {VIDEO}{with_clause(options)}")
         figures = {"seconds": time.perf_counter() - t0, "rss_before_mb": before,
-                   "peak_rss_mb": _peak_rss_mb()}
+                   "peak_rss_mb": peak_rss_mb()}
         db.sql(f"CREATE ORACLE {ORACLE} FROM LABELS '{labels}'; SET ORACLE {VIDEO} = {ORACLE}")
     return figures
 
@@ -148,13 +148,13 @@ def index_step(db_path: str, options: dict) -> dict:
     import vidql
     import vidql.indexes  # noqa: F401  (torch and the index code load before rss_before_mb)
 
-    before = _peak_rss_mb()
+    before = peak_rss_mb()
     with vidql.connect(db_path, progress=False) as db:
         t0 = time.perf_counter()
         db.sql(f"CREATE INDEX {INDEX} ON {VIDEO} USING TASTI{with_clause(options)}")
         seconds = time.perf_counter() - t0
         stats = db.indexes.get(INDEX).stats
-    return {"seconds": seconds, "rss_before_mb": before, "peak_rss_mb": _peak_rss_mb(),
+    return {"seconds": seconds, "rss_before_mb": before, "peak_rss_mb": peak_rss_mb(),
             "oracle_calls": int(stats.get("oracle_calls", 0)),
             "stage_seconds": stats.get("seconds", {})}
 
@@ -195,7 +195,7 @@ def query_step(db_path: str, labels: str, sqls: dict) -> dict:
                 out[kind] = measure_query(db, sql, detections)
         finally:
             remove_database(work)
-    return {"queries": out, "peak_rss_mb": _peak_rss_mb()}
+    return {"queries": out, "peak_rss_mb": peak_rss_mb()}
 
 
 # ---- one query: SQL against the operator on arrays -------------------------------------------
