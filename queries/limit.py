@@ -53,19 +53,7 @@ def limit_query(proxy: np.ndarray, predicate: Callable[[np.ndarray], np.ndarray]
     reach = max(gap - 1, 0)
     while len(hits) < k and oracle.calls < max_calls:
         size = min(batch, k - len(hits), max_calls - oracle.calls)
-        chosen: list[int] = []
-        first_deferred = None
-        scan = position
-        while scan < n and len(chosen) < size:
-            frame = int(order[scan])
-            if not blocked[frame]:
-                if any(abs(coords[frame] - coords[c]) < gap for c in chosen):
-                    first_deferred = scan if first_deferred is None else first_deferred
-                else:
-                    chosen.append(frame)
-            scan += 1
-        # resume at the first frame neither labelled nor suppressed
-        position = first_deferred if first_deferred is not None else scan
+        chosen, position = _next_batch(order, position, blocked, coords, gap, size)
         if not chosen:
             exhausted = True
             break
@@ -84,3 +72,21 @@ def limit_query(proxy: np.ndarray, predicate: Callable[[np.ndarray], np.ndarray]
                "budget_reached": len(hits) < k and oracle.calls >= max_calls
                and (~blocked).any()}
     return SelectionResult(frames, oracle.calls, np.ones(frames.size, dtype=bool), details)
+
+
+def _next_batch(order: np.ndarray, position: int, blocked: np.ndarray, coords: np.ndarray,
+                gap: int, size: int) -> tuple[list[int], int]:
+    """Up to `size` frames from `order[position:]`, neither labelled nor suppressed, pairwise
+    at least `gap` apart; and where the next scan resumes (the first frame passed over)."""
+    chosen: list[int] = []
+    first_deferred = None
+    scan = position
+    while scan < len(order) and len(chosen) < size:
+        frame = int(order[scan])
+        if not blocked[frame]:
+            if any(abs(coords[frame] - coords[c]) < gap for c in chosen):
+                first_deferred = scan if first_deferred is None else first_deferred
+            else:
+                chosen.append(frame)
+        scan += 1
+    return chosen, first_deferred if first_deferred is not None else scan
