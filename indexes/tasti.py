@@ -238,22 +238,9 @@ class TastiIndex:
 
         labeller = _Labeller(label_fn, progress)
         size = tuple(cfg["size"])
-        stats: dict = {}
-        train_frames = np.empty(0, dtype=np.int64)
-        if cfg["embedder"] == "pretrained":
-            emb = pretrained_embeddings(source, size=size, weights=weights, progress=progress,
-                                        chunk_map=chunk_map)
-            encoder = FrameEncoder("pretrained", weights=find_pretrained_weights(weights))
-            stats["embedding"] = "pretrained ResNet-18"
-        elif cfg["embedder"] == "pixel":
-            emb, basis = fit_pixel_embeddings(source, size=size, seed=cfg["seed"],
-                                              progress=progress, chunk_map=chunk_map)
-            encoder = FrameEncoder("pixel", basis)
-            stats["embedding"] = "pixel thumbnail PCA"
-        else:
-            emb, stats["mining_embedding"], encoder = cls._mining_embedding(
-                source, cfg, progress, weights, chunk_map)
-            train_frames = np.sort(farthest_point_first(emb, cfg["train"], seed=cfg["seed"]))
+        emb, encoder, stats = cls._first_embedding(source, cfg, progress, weights, chunk_map)
+        train_frames = (np.sort(farthest_point_first(emb, cfg["train"], seed=cfg["seed"]))
+                        if cfg["embedder"] == "triplet" else np.empty(0, dtype=np.int64))
         lap("mining_embedding" if cfg["embedder"] == "triplet" else "embedding")
         random_reps = random_representatives(len(emb), cfg["reps"], already=train_frames,
                                              seed=cfg["seed"] + 1)
@@ -293,6 +280,24 @@ class TastiIndex:
                    labels=_clean_labels(labeller.labels(), rep_frames), distances=distances,
                    positions=positions, k=cfg["k"], eps=eps, identity=identity, config=cfg,
                    stats=stats, encoder=encoder)
+
+    @classmethod
+    def _first_embedding(cls, source, cfg, progress, weights, chunk_map
+                         ) -> tuple[np.ndarray, FrameEncoder, dict]:
+        """(embedding, its encoder, stats naming it): the final embedding for 'pretrained'
+        and 'pixel', the mining embedding for 'triplet'."""
+        size = tuple(cfg["size"])
+        if cfg["embedder"] == "pretrained":
+            emb = pretrained_embeddings(source, size=size, weights=weights, progress=progress,
+                                        chunk_map=chunk_map)
+            return (emb, FrameEncoder("pretrained", weights=find_pretrained_weights(weights)),
+                    {"embedding": "pretrained ResNet-18"})
+        if cfg["embedder"] == "pixel":
+            emb, basis = fit_pixel_embeddings(source, size=size, seed=cfg["seed"],
+                                              progress=progress, chunk_map=chunk_map)
+            return emb, FrameEncoder("pixel", basis), {"embedding": "pixel thumbnail PCA"}
+        emb, name, encoder = cls._mining_embedding(source, cfg, progress, weights, chunk_map)
+        return emb, encoder, {"mining_embedding": name}
 
     @staticmethod
     def _mining_embedding(source, cfg, progress, weights, chunk_map=None
