@@ -30,8 +30,8 @@ import numpy as np
 import pandas as pd
 
 from .registry import BenchContext, ScenarioResult, pyplot, scenario
-from .scenarios_scale import (copy_database, directory_bytes, in_child, peak_rss_mb,
-                              remove_database, with_clause)
+from .scenarios_scale import (copy_database, directory_bytes, in_child, index_step,
+                              peak_rss_mb, remove_database)
 
 CLIP_FRAMES = 150
 CLIP_SIZE = (160, 90)
@@ -153,21 +153,6 @@ def append_step(db_path: str, videos: list[str]) -> dict:
         clips = len(db.sql(f"SHOW CLIPS {COLLECTION}").df())
     return {"append_seconds": seconds, "append_cpu_seconds": cpu, "clips": clips,
             "rss_before_mb": before, "peak_rss_mb": peak_rss_mb()}
-
-
-def index_step(db_path: str, options: dict) -> dict:
-    """CREATE INDEX over the collection (timed), with its oracle calls."""
-    import vidql
-    import vidql.indexes  # noqa: F401  (torch loads before rss_before_mb)
-
-    before = peak_rss_mb()
-    with vidql.connect(db_path, progress=False) as db:
-        t0 = time.perf_counter()
-        db.sql(f"CREATE INDEX {INDEX} ON {COLLECTION} USING TASTI{with_clause(options)}")
-        seconds = time.perf_counter() - t0
-        stats = db.indexes.get(INDEX).stats
-    return {"seconds": seconds, "rss_before_mb": before, "peak_rss_mb": peak_rss_mb(),
-            "oracle_calls": int(stats.get("oracle_calls", 0))}
 
 
 def query_step(db_path: str, sqls: dict) -> dict:
@@ -293,7 +278,7 @@ def measure_collection(ctx: BenchContext, tag: str, source: Path, labels: Path,
             run["append"] = appends_figures(step(append_step, str(append_path),
                                                      [str(v) for v in appends]))
             run["append"]["catalog_bytes"] = catalog_bytes(append_path)
-        index = step(index_step, str(db_path), index_options)
+        index = step(index_step, str(db_path), index_options, COLLECTION, INDEX)
         index["catalog_bytes"] = catalog_bytes(db_path)
         run["create_index"] = index
         names = list(clip_frames)

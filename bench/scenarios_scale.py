@@ -143,17 +143,18 @@ def load_step(db_path: str, video: str, labels: str, options: dict) -> dict:
     return figures
 
 
-def index_step(db_path: str, options: dict) -> dict:
-    """CREATE INDEX (timed) with `options`; its oracle calls and per-stage seconds."""
+def index_step(db_path: str, options: dict, video: str = VIDEO, index: str = INDEX) -> dict:
+    """CREATE INDEX `index` on `video` (timed) with `options`; its oracle calls and
+    per-stage seconds."""
     import vidql
     import vidql.indexes  # noqa: F401  (torch and the index code load before rss_before_mb)
 
     before = peak_rss_mb()
     with vidql.connect(db_path, progress=False) as db:
         t0 = time.perf_counter()
-        db.sql(f"CREATE INDEX {INDEX} ON {VIDEO} USING TASTI{with_clause(options)}")
+        db.sql(f"CREATE INDEX {index} ON {video} USING TASTI{with_clause(options)}")
         seconds = time.perf_counter() - t0
-        stats = db.indexes.get(INDEX).stats
+        stats = db.indexes.get(index).stats
     return {"seconds": seconds, "rss_before_mb": before, "peak_rss_mb": peak_rss_mb(),
             "oracle_calls": int(stats.get("oracle_calls", 0)),
             "stage_seconds": stats.get("seconds", {})}
