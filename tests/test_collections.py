@@ -376,3 +376,25 @@ def test_appending_to_an_indexed_collection_extends_the_index(clips, tmp_path):
         assert r["ci_low"].iloc[0] <= every.mean() <= r["ci_high"].iloc[0]
         db.sql("REFRESH INDEX ci")
         assert len(db.proxy("cams", "objects('car')")) == 3 * FRAMES
+
+
+def test_labels_oracle_finds_every_row_of_a_clip_and_frame(tmp_path):
+    """The LABELS oracle's binary search (rows sorted by clip and frame) returns exactly the
+    rows a plain filter returns, in the file's order within a frame, for ids in any order."""
+    from vidql.engine.oracle_kinds import LabelsOracle
+
+    rng = np.random.default_rng(0)
+    n = 5000
+    table = pd.DataFrame({"clip": rng.choice(["b", "a", "c"], n), "frame": rng.integers(0, 300, n),
+                          "label": rng.choice(["car", "bus"], n), "score": rng.random(n),
+                          "x1": rng.random(n), "y1": rng.random(n), "x2": rng.random(n),
+                          "y2": rng.random(n)})
+    write_labels(table, tmp_path / "t.labels.parquet")
+    oracle = LabelsOracle("t", tmp_path / "t.labels.parquet")
+    ids = np.array([250, 3, 77, 3000, 0, 299])
+    for clip in ("a", "b", "c", "absent"):
+        got = oracle.detect_in_clip(None, ids, clip, False)
+        want = pd.concat([table[(table["clip"] == clip) & (table["frame"] == f)] for f in ids])
+        np.testing.assert_array_equal(got["frame"], want["frame"])
+        np.testing.assert_array_equal(got["score"], want["score"])
+        assert got["label"].tolist() == want["label"].tolist()
