@@ -30,8 +30,8 @@ import numpy as np
 import pandas as pd
 
 from .registry import BenchContext, ScenarioResult, pyplot, scenario
-from .scenarios_scale import (copy_database, directory_bytes, in_child, index_step,
-                              peak_rss_mb, remove_database)
+from .scenarios_scale import (directory_bytes, in_child, index_step,
+                              on_fresh_copies, peak_rss_mb, remove_database)
 
 CLIP_FRAMES = 150
 CLIP_SIZE = (160, 90)
@@ -159,33 +159,25 @@ def query_step(db_path: str, sqls: dict) -> dict:
     """Each query on a fresh copy of the indexed database (its label cache holds only the
     index's labels): its rows, oracle calls, cache hits, seconds and the frames labelled per
     clip afterwards (the index's and the query's); or the refusal."""
-    import vidql
+    return {"queries": on_fresh_copies(db_path, sqls, query_figures),
+            "peak_rss_mb": peak_rss_mb()}
+
+
+def query_figures(db, sql: str) -> dict:
+    """One query's figures (see query_step), or {"sql", "refused"} when vidql refuses it."""
     from vidql.errors import VidqlError
 
-    base = Path(db_path)
-    work = base.with_name(base.stem + "-query.db")
-    out = {}
-    for key, sql in sqls.items():
-        copy_database(base, work)
-        try:
-            with vidql.connect(work, progress=False) as db:
-                t0 = time.perf_counter()
-                try:
-                    df = db.sql(sql).df()
-                except VidqlError as exc:
-                    out[key] = {"sql": sql, "refused": str(exc)}
-                    continue
-                seconds, report = time.perf_counter() - t0, db.last_report
-                labelled = db.sql(f"SELECT clip, count(*) AS n FROM vidql.labelled WHERE "
-                                  f"video = '{COLLECTION}' GROUP BY clip").df()
-                out[key] = {"sql": sql, "seconds": seconds, "rows": df.to_dict("records"),
-                            "oracle_calls": int(report.oracle_calls),
-                            "cache_hits": int(report.cache_hits),
-                            "labelled": dict(zip(labelled["clip"], labelled["n"].tolist(),
-                                                 strict=True))}
-        finally:
-            remove_database(work)
-    return {"queries": out, "peak_rss_mb": peak_rss_mb()}
+    t0 = time.perf_counter()
+    try:
+        df = db.sql(sql).df()
+    except VidqlError as exc:
+        return {"sql": sql, "refused": str(exc)}
+    seconds, report = time.perf_counter() - t0, db.last_report
+    labelled = db.sql(f"SELECT clip, count(*) AS n FROM vidql.labelled WHERE "
+                      f"video = '{COLLECTION}' GROUP BY clip").df()
+    return {"sql": sql, "seconds": seconds, "rows": df.to_dict("records"),
+            "oracle_calls": int(report.oracle_calls), "cache_hits": int(report.cache_hits),
+            "labelled": dict(zip(labelled["clip"], labelled["n"].tolist(), strict=True))}
 
 
 # ---- one collection: load, (append), index, query -------------------------------------------

@@ -179,23 +179,31 @@ def remove_database(path: Path) -> None:
     shutil.rmtree(artifacts_dir_for(path), ignore_errors=True)
 
 
-def query_step(db_path: str, labels: str, sqls: dict) -> dict:
-    """Each query of `sqls` through SQL and on arrays, each on a fresh copy of the indexed
-    database (so its label cache holds only the index's labels); figures per kind."""
+def on_fresh_copies(db_path: str, sqls: dict, measure) -> dict:
+    """{key: measure(db, sql)} for each query of `sqls`, each run on a fresh copy of the
+    database at `db_path` (so its label cache holds only what the original held)."""
     import vidql
-    from vidql.datasets import read_labels
 
-    detections = read_labels(labels)
     base = Path(db_path)
     work = base.with_name(base.stem + "-query.db")
     out = {}
-    for kind, sql in sqls.items():
+    for key, sql in sqls.items():
         copy_database(base, work)
         try:
             with vidql.connect(work, progress=False) as db:
-                out[kind] = measure_query(db, sql, detections)
+                out[key] = measure(db, sql)
         finally:
             remove_database(work)
+    return out
+
+
+def query_step(db_path: str, labels: str, sqls: dict) -> dict:
+    """Each query of `sqls` through SQL and on arrays, each on a fresh copy of the indexed
+    database (so its label cache holds only the index's labels); figures per kind."""
+    from vidql.datasets import read_labels
+
+    detections = read_labels(labels)
+    out = on_fresh_copies(db_path, sqls, lambda db, sql: measure_query(db, sql, detections))
     return {"queries": out, "peak_rss_mb": peak_rss_mb()}
 
 
