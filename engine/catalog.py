@@ -624,23 +624,25 @@ class Catalog:
         o = self.oracle(oracle) if oracle else self.default_oracle(row["name"])
         key = (row["name"], o.identity)
         if key not in self._caches:
-            self.clip_infos(row["name"])  # a clip whose file is gone or changed: an error now
-            o.check_clips(self.clip_map(row["name"]).names)
+            video = row["name"]
+            self.clip_infos(video)  # a clip whose file is gone or changed: an error now
+            clip_map = self.clip_map(video)
+            o.check_clips(clip_map.names)
             if self.executor is not None:  # the same identity, labelled on Ray actors
                 name, kind, source, options, _ = self._oracle_row(o.name)
                 o = self.executor.oracle(o, (name, kind, source, json.loads(options)),
-                                         lambda positions, video=row["name"]:
-                                         self.locate(video, positions))
-            self._caches[key] = LabelCache(self.con, row["name"], self.clip_map(row["name"]), o,
-                                           self._pixel_batches(row["name"]),
+                                         lambda positions: self.locate(video, clip_map,
+                                                                       positions))
+            self._caches[key] = LabelCache(self.con, video, clip_map, o,
+                                           self._pixel_batches(video, clip_map),
                                            progress=self.progress)
         return self._caches[key]
 
-    def locate(self, video: str, positions: np.ndarray) -> list[tuple]:
-        """Ascending global positions of a video, split by clip: [(the clip's VideoInfo,
-        frames within the clip, the positions, the clip's name, whether it is the only
-        clip)], for whoever decodes frames by number (Ray actors)."""
-        clip_map = self.clip_map(video)
+    def locate(self, video: str, clip_map: ClipMap, positions: np.ndarray) -> list[tuple]:
+        """Ascending global positions of a video (whose clips `clip_map` holds), split by
+        clip: [(the clip's VideoInfo, frames within the clip, the positions, the clip's
+        name, whether it is the only clip)], for whoever decodes frames by number (Ray
+        actors)."""
         only = len(clip_map.names) == 1
         return [(self.clip_info(video, o), local, ids, clip_map.names[o], only)
                 for o, local, ids in clip_map.pieces(positions)]
@@ -663,13 +665,10 @@ class Catalog:
         return ConcatSource([LowResSource(info, d if d.is_dir() else None)
                              for info, d in zip(self.clip_infos(name), dirs, strict=True)])
 
-    def _pixel_batches(self, name: str):
+    def _pixel_batches(self, name: str, clip_map: ClipMap):
         """Original-resolution frames for the oracle, clip by clip, through the pipelined
-        runtime: (global positions, uint8 N×H×W×3) batches for ascending positions. A clip's
-        file is checked when first read."""
+        runtime: (global positions, uint8 N×H×W×3) batches for ascending positions."""
         from vidql.preprocess import frame_batches
-
-        clip_map = self.clip_map(name)
 
         def clip_batches(positions: np.ndarray, batch_size: int):
             for o, local, _ in clip_map.pieces(positions):
