@@ -339,8 +339,9 @@ class Catalog:
             if not row:
                 raise CatalogError(f"video {name!r} has no clip number {ordinal}")
             clip, path, fingerprint = row[0]
-            what = f"video {name!r}" if self._single(name) else f"clip {clip!r} of video {name!r}"
-            fix = (f"ALTER VIDEO {name} SET PATH 'new/place'" if self._single(name)
+            single = self._single(name)
+            what = self._clip_words(name, clip, single)
+            fix = (f"ALTER VIDEO {name} SET PATH 'new/place'" if single
                    else f"ALTER VIDEO {name} SET PATH '{clip}' = 'new/place'")
             if not Path(path).is_file():
                 raise VideoError(path, f"file of {what} is gone; restore it, or if it moved: {fix}")
@@ -354,6 +355,11 @@ class Catalog:
     def _single(self, name: str) -> bool:
         return self.con.execute("SELECT count(*) FROM vidql.clips WHERE video = ?",
                                 [name]).fetchall()[0][0] == 1
+
+    @staticmethod
+    def _clip_words(name: str, clip: str, single: bool) -> str:
+        """How errors name a clip: as the video when it is its only clip."""
+        return f"video {name!r}" if single else f"clip {clip!r} of video {name!r}"
 
     def clip_infos(self, name: str) -> list:
         """Probe results of every clip in load order (each checked as clip_info does)."""
@@ -406,17 +412,18 @@ class Catalog:
         old_path, fingerprint = self.con.execute(
             "SELECT path, fingerprint FROM vidql.clips WHERE video = ? AND ordinal = ?",
             [name, ordinal]).fetchall()[0]
+        single = self._single(name)
         if not path.is_file():
             raise VideoError(path, "no such file")
         if not fingerprint_matches(fingerprint, path):
-            what = f"video {name!r}" if self._single(name) else f"clip {clip!r} of video {name!r}"
-            raise VideoError(path, f"its content differs from {what} "
+            raise VideoError(path, f"its content differs from "
+                                   f"{self._clip_words(name, clip, single)} "
                                    f"(loaded from '{old_path}'): ALTER VIDEO ... SET PATH only "
                                    f"moves a file whose bytes are unchanged; LOAD VIDEO it under "
                                    f"another name")
         statements = [("UPDATE vidql.clips SET path = ? WHERE video = ? AND ordinal = ?",
                        [str(path), name, ordinal])]
-        if self._single(name):
+        if single:
             statements.append(("UPDATE vidql.videos SET path = ? WHERE name = ?", [str(path), name]))
         self.run_atomically(statements)
         self._infos.pop((name, ordinal), None)
