@@ -200,6 +200,8 @@ class LabelCache:
         fewer per batch; a killed call keeps its labels, not that estimate)."""
         t1 = time.perf_counter()
         ordinal, local = self.clip_map.split(ids)
+        if ordinal[0] != ordinal[-1]:
+            raise RuntimeError(f"internal: a label batch spans two clips of {self.video!r}")
         clip = self.clip_map.names[ordinal[0]]
         try:
             if found is None:
@@ -240,20 +242,19 @@ class LabelCache:
         """One transaction: the batch's detections, its frames (with their detection counts)
         and, when given, the oracle's cost [frames, seconds] since it was last recorded.
         Frames are inserted plainly (`ignore` skips frames already recorded, slower: only
-        when another connection recorded one meanwhile)."""
-        key = [self.video, self.oracle.identity]
-        names = np.asarray(self.clip_map.names, dtype=object)
-        clip, frame = self.clip_map.split(ids)
+        when another connection recorded one meanwhile). A batch lies within one clip."""
+        ordinal = int(self.clip_map.ordinals(ids[:1])[0])
+        first = int(self.clip_map.first[ordinal])
+        key = [self.video, self.oracle.identity, self.clip_map.names[ordinal]]
         self.con.execute("BEGIN TRANSACTION")
         try:
             if len(det):
-                det_clip, det_frame = self.clip_map.split(det["frame"].to_numpy())
-                self.con.register("__vidql_det", det.assign(clip=names[det_clip], frame=det_frame))
-                self.con.execute("INSERT INTO vidql.labels SELECT ?, ?, clip, frame, label, score, "
+                self.con.register("__vidql_det", det.assign(frame=det["frame"] - first))
+                self.con.execute("INSERT INTO vidql.labels SELECT ?, ?, ?, frame, label, score, "
                                  "x1, y1, x2, y2 FROM __vidql_det", key)
             self.con.execute(f"INSERT {'OR IGNORE ' if ignore else ''}INTO vidql.labelled "
-                             "SELECT ?, ?, unnest(?), unnest(?), unnest(?)",
-                             key + [names[clip].tolist(), frame.tolist(), counts.tolist()])
+                             "SELECT ?, ?, ?, unnest(?), unnest(?)",
+                             key + [(ids - first).tolist(), counts.tolist()])
             if cost is not None:
                 self.con.execute("INSERT INTO vidql.oracle_costs VALUES (?, ?, ?) ON CONFLICT DO "
                                  "UPDATE SET frames = frames + excluded.frames, "
