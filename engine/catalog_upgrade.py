@@ -8,16 +8,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .labelcache import SCHEMA_SQL
 from .sqlnames import quote_name
 
-LABEL_TABLES = {
-    "labels": ("video VARCHAR, oracle VARCHAR, clip VARCHAR, frame BIGINT, label VARCHAR, "
-               "score DOUBLE, x1 DOUBLE, y1 DOUBLE, x2 DOUBLE, y2 DOUBLE",
-               "video, oracle, {clip}, frame, label, score, x1, y1, x2, y2"),
-    "labelled": ("video VARCHAR, oracle VARCHAR, clip VARCHAR, frame BIGINT, detections "
-                 "INTEGER, PRIMARY KEY (video, oracle, clip, frame)",
-                 "video, oracle, {clip}, frame, detections"),
-}
+# the columns an old label table is copied from, `{clip}` standing for its clip
+LABEL_TABLES = {"labels": "video, oracle, {clip}, frame, label, score, x1, y1, x2, y2",
+                "labelled": "video, oracle, {clip}, frame, detections"}
 
 
 def upgrade_catalog(catalog) -> None:
@@ -62,12 +58,14 @@ def _single_file_to_collection(catalog, name: str, path: str) -> None:
 
 
 def _key_labels_by_clip(catalog, table: str) -> None:
-    columns, select = LABEL_TABLES[table]
+    """Recreate label table `table` as the label cache defines it now (SCHEMA_SQL) and copy
+    the old rows in, each keyed by its video's only clip."""
+    create = next(s for s in SCHEMA_SQL.split(";") if f"vidql.{table} (" in s)
     clip = ("coalesce((SELECT c.clip FROM vidql.clips c WHERE c.video = t.video AND "
             "c.ordinal = 0), t.video)")
     catalog.run_atomically([
-        (f"CREATE TABLE vidql.__upgrade_{table} ({columns})", []),
-        (f"INSERT INTO vidql.__upgrade_{table} SELECT {select.format(clip=clip)} "
-         f"FROM vidql.{table} t", []),
-        (f"DROP TABLE vidql.{table}", []),
-        (f"ALTER TABLE vidql.__upgrade_{table} RENAME TO {table}", [])])
+        (f"ALTER TABLE vidql.{table} RENAME TO __old_{table}", []),
+        (create, []),
+        (f"INSERT INTO vidql.{table} SELECT {LABEL_TABLES[table].format(clip=clip)} "
+         f"FROM vidql.__old_{table} t", []),
+        (f"DROP TABLE vidql.__old_{table}", [])])
