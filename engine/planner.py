@@ -117,14 +117,17 @@ class Binding:
     def frame_rows(self, positions: np.ndarray) -> pd.DataFrame:
         """(clip, frame, ts) of global positions, for result rows."""
         clip_map = self.cache.clip_map
-        got = self.db.catalog.con.execute(
-            f"SELECT c.first_frame + v.frame AS position, v.ts FROM main.{quote_name(self.video)} v"
-            f" JOIN vidql.clips c ON c.video = ? AND c.clip = v.clip", [self.video]).fetchnumpy()
-        ts = np.full(clip_map.n_frames, np.nan)
-        ts[np.asarray(got["position"], dtype=np.int64)] = got["ts"]
         ordinal, frame = clip_map.split(positions)
-        return pd.DataFrame({"clip": np.asarray(clip_map.names, dtype=object)[ordinal],
-                             "frame": frame, "ts": ts[positions]})
+        rows = pd.DataFrame({"clip": np.asarray(clip_map.names, dtype=object)[ordinal],
+                             "frame": frame, "row": np.arange(len(frame))})
+        con = self.db.catalog.con
+        con.register("__vidql_rows", rows)
+        try:  # only the rows asked for are read from the video table
+            ts = con.execute(f"SELECT v.ts FROM __vidql_rows r JOIN main.{quote_name(self.video)} "
+                             f"v USING (clip, frame) ORDER BY r.row").fetchnumpy()["ts"]
+        finally:
+            con.unregister("__vidql_rows")
+        return rows.drop(columns="row").assign(ts=np.asarray(ts, dtype=np.float64))
 
     def report(self, operator: str, seed: int | None = None) -> Report:
         """A report naming this query's video, oracle and index (or why it has none)."""
