@@ -118,7 +118,8 @@ class Binding:
         """(clip, frame, ts) of global positions, for result rows."""
         clip_map = self.cache.clip_map
         ordinal, frame = clip_map.split(positions)
-        rows = pd.DataFrame({"clip": np.asarray(clip_map.names, dtype=object)[ordinal],
+        rows = pd.DataFrame({"clip": pd.Series(np.asarray(clip_map.names, dtype=object)[ordinal],
+                                               dtype="str"),  # VARCHAR even with no rows
                              "frame": frame, "row": np.arange(len(frame))})
         con = self.db.catalog.con
         con.register("__vidql_rows", rows)

@@ -398,3 +398,9 @@ def test_labels_oracle_finds_every_row_of_a_clip_and_frame(tmp_path):
         np.testing.assert_array_equal(got["frame"], want["frame"])
         np.testing.assert_array_equal(got["score"], want["score"])
         assert got["label"].tolist() == want["label"].tolist()
+
+
+def test_an_empty_selection_keeps_its_column_types(cams):
+    r = cams.sql("SELECT clip, frame FROM cams WHERE objects('car') >= 1000 LIMIT 3 SEED 1")
+    assert r.df().empty
+    assert [str(t) for t in r.types[:3]] == ["VARCHAR", "BIGINT", "DOUBLE"]
