@@ -130,11 +130,11 @@ class IndexStore:
         embedder and labels representatives among them (farthest-point-first against the
         existing ones); no retraining. Returns {index: frames added, or why it was left as
         it is (then it is stale and REFRESH INDEX rebuilds it)}."""
-        from vidql.indexes import TastiIndex
-
         done = {}
         rows = self.con.execute("SELECT name, oracle_identity, options FROM vidql.indexes WHERE "
                                 "video = ? ORDER BY name", [video]).fetchall()
+        if rows:  # torch and FAISS load only when there is an index to extend
+            from vidql.indexes import TastiIndex
         for name, oracle_identity, options in rows:
             self._open.pop(name, None)
             try:

@@ -404,3 +404,18 @@ def test_an_empty_selection_keeps_its_column_types(cams):
     r = cams.sql("SELECT clip, frame FROM cams WHERE objects('car') >= 1000 LIMIT 3 SEED 1")
     assert r.df().empty
     assert [str(t) for t in r.types[:3]] == ["VARCHAR", "BIGINT", "DOUBLE"]
+
+
+def test_appending_without_an_index_loads_no_torch(clips):
+    """LOAD VIDEO ... INTO extends indexes; with none to extend it stays light."""
+    import subprocess
+    import sys
+
+    folder, _, _ = clips
+    code = ("import sys, vidql\n"
+            "with vidql.connect(progress=False) as db:\n"
+            f"    db.sql(\"LOAD VIDEO '{folder}/cam0.mp4' AS cams\")\n"
+            f"    db.sql(\"LOAD VIDEO '{folder}/cam1.mp4' INTO cams\")\n"
+            "print('torch' in sys.modules, 'faiss' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False"]
