@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from contextlib import closing
+from contextlib import closing, contextmanager
 import os
 import pickle
 import re
@@ -24,6 +24,7 @@ from vidql.errors import CatalogError, OracleError, VideoError
 from .catalog_upgrade import upgrade_catalog
 from .clips import ClipMap, clip_names, creation_timestamp, video_paths
 from .labelcache import SCHEMA_SQL, LabelCache
+from .labeljournal import LabelJournal
 from .sqlnames import quote_name
 from .oracle_api import Oracle
 from .oracle_kinds import absolute_source, changed_sources, make_oracle
@@ -110,9 +111,37 @@ class Catalog:
         self._caches: dict[tuple[str, str], LabelCache] = {}
         self._infos: dict[str, object] = {}
         self.executor = None  # a RayExecutor (engine.ray_executor) when not local
+        self.journal = LabelJournal(self.artifacts / "labels.journal")
         if not read_only:  # a read-only file has its catalog tables (or is no vidql database)
             con.execute(CATALOG_SQL)
             upgrade_catalog(self)
+            self.journal.replay(con)  # batches a killed process made durable but never merged
+
+    @contextmanager
+    def labelling(self):
+        """A query or index build: label batches stay in the journal (durable, cheap) and are
+        merged into the catalog tables once, when the outermost such scope ends."""
+        self.journal.depth += 1
+        try:
+            yield
+        finally:
+            self.journal.depth -= 1
+            if self.journal.depth == 0:
+                self.flush_labels()
+
+    def flush_labels(self) -> None:
+        """Merge the journal's pending label batches into the catalog tables (before SQL
+        reads them)."""
+        self.journal.flush(self.con)
+
+    def close(self) -> None:
+        """Merge pending labels, stop Ray oracle actors and close the connection."""
+        try:
+            self.flush_labels()
+        finally:
+            self.journal.close()
+            self.set_executor(None)
+            self.con.close()
 
     # ---- transactions -------------------------------------------------------------
     def run_atomically(self, statements: list[tuple[str, list]]) -> None:
@@ -642,7 +671,7 @@ class Catalog:
                                                                        positions))
             self._caches[key] = LabelCache(self.con, video, clip_map, o,
                                            self._pixel_batches(video, clip_map),
-                                           progress=self.progress)
+                                           journal=self.journal, progress=self.progress)
         return self._caches[key]
 
     def locate(self, video: str, clip_map: ClipMap, positions: np.ndarray) -> list[tuple]:

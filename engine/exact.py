@@ -46,6 +46,7 @@ def run_exact(catalog: Catalog, sql: str, videos: list[str],
             stats.cache_hits += delta.cache_hits
             stats.oracle_seconds += delta.oracle_seconds
             stats.decode_seconds += delta.decode_seconds
+            catalog.flush_labels()  # the query reads the labels from the catalog tables
             variables.append(catalog.oracle_variable(video))
             catalog.con.execute(f"SET VARIABLE {quote_name(variables[-1])} = ?", [cache.oracle.identity])
             if expr.functions:
@@ -68,7 +69,8 @@ def bind_query(catalog: Catalog, sql: str, videos: list[str],
                oracle: str | None = None) -> FrameExpr:
     """Bind `sql` (frame functions and all) against its video tables before any oracle
     call, so that an unknown column or function costs no labelling: DuckDB binds the
-    query over the frame-function columns of the labels cached so far, without running it.
+    query over an empty table with the video's columns and a column per frame function,
+    without running it.
     Returns the query's frame expression."""
     expr = parse_frame_expr(sql)
     if expr.functions and len(videos) != 1:
@@ -80,7 +82,8 @@ def bind_query(catalog: Catalog, sql: str, videos: list[str],
         if expr.functions:
             for video in videos:
                 identity = catalog.label_cache(video, oracle).oracle.identity
-                shadows.append(_shadow_video(catalog, video, identity, expr.functions))
+                shadows.append(_shadow_video(catalog, video, identity, expr.functions,
+                                             rows=False))
         catalog.con.sql(expr.sql)
     except duckdb.Error as exc:
         raise QueryError(f"DuckDB cannot run the query: {exc}", sql) from None
@@ -90,9 +93,11 @@ def bind_query(catalog: Catalog, sql: str, videos: list[str],
     return expr
 
 
-def _shadow_video(catalog: Catalog, video: str, identity: str, functions) -> str:
+def _shadow_video(catalog: Catalog, video: str, identity: str, functions, *,
+                  rows: bool = True) -> str:
     """Create temp table `video` (shadowing main.video) with a column per frame function.
-    Frames are joined to labels by global position (clip's first frame + frame)."""
+    Frames are joined to labels by global position (clip's first frame + frame). Without
+    `rows`, the table is empty: its columns are enough to bind a query."""
     q = quote_name(video)
     v, o = _literal(video), _literal(identity)
     labelled = (f"(SELECT c.first_frame + v.frame AS frame, c.first_frame + v.frame AS __position, "
@@ -107,7 +112,8 @@ def _shadow_video(catalog: Catalog, video: str, identity: str, functions) -> str
     table = frame_table_sql(functions, detections, labelled)
     cols = ", ".join(f"CASE WHEN __labelled THEN {fn.column} END AS {fn.column}" for fn in functions)
     catalog.con.execute(f"CREATE OR REPLACE TEMP TABLE {q} AS SELECT __clip AS clip, __frame AS "
-                        f"frame, ts, start_ts, {cols} FROM ({table}) ORDER BY __position")
+                        f"frame, ts, start_ts, {cols} FROM ({table}) "
+                        f"{'ORDER BY __position' if rows else 'LIMIT 0'}")
     return video
 
 

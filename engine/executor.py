@@ -203,12 +203,13 @@ def run_query(db, q: Query) -> Result | None:
     from .explain import explain
     from .planner import run_approximate
 
-    if q.explain:
-        result = explain(db, q)
-    elif q.kind == "exact":
-        result = _exact(db, q)
-    else:
-        result = run_approximate(db, q)
+    with db.catalog.labelling():  # the query's labels merged once, when it ends
+        if q.explain:
+            result = explain(db, q)
+        elif q.kind == "exact":
+            result = _exact(db, q)
+        else:
+            result = run_approximate(db, q)
     db.last_report = None if result is None else result.report
     return result
 

@@ -1,9 +1,11 @@
 """The durable label cache: the only door to an oracle.
 
 Labels are keyed by (video, oracle identity, clip, frame); the cache itself numbers a
-collection's frames by global position (engine/clips.py) and converts. Each batch of oracle output is
-committed to DuckDB before it is used, frames with zero detections are recorded, and no
-frame is sent to the oracle twice. A killed process loses at most the batch in flight.
+collection's frames by global position (engine/clips.py) and converts. Each batch of oracle
+output is made durable in the label journal (engine/labeljournal.py) before it is used and
+merged into the catalog tables when the query ends (at once when no query is running);
+frames with zero detections are recorded, and no frame is sent to the oracle twice. A
+killed process loses at most the batch in flight.
 """
 from __future__ import annotations
 
@@ -12,7 +14,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable
 
-import duckdb
 import numpy as np
 import pandas as pd
 from tqdm import tqdm
@@ -21,6 +22,7 @@ from vidql.detections import DETECTION_COLUMNS
 from vidql.errors import OracleError, VidqlError
 from .clips import ClipMap
 from .framestat import FrameExpr, FrameStatistics, count_detections, count_sql
+from .labeljournal import LabelBatch, LabelJournal
 from .oracle_api import Oracle, check_detections
 
 MIN_AHEAD = 16  # frames labelled at once when an operator asks fewer (label_ahead)
@@ -63,11 +65,13 @@ class LabelCache:
     """Labels of one video by one oracle, read from and written to the catalog database.
 
     `frame_batches(frames, batch_size)` is a context manager yielding (ids, uint8 N×H×W×3)
-    batches in frame order: the pixels for oracles that need them."""
+    batches in frame order: the pixels for oracles that need them. `journal` is the
+    catalog's label journal, shared by its caches."""
 
     def __init__(self, con, video: str, clip_map: ClipMap, oracle: Oracle, frame_batches, *,
-                 progress: bool = True):
+                 journal: LabelJournal, progress: bool = True):
         self.con = con
+        self.journal = journal
         self.video = video
         self.clip_map = clip_map
         self.n_frames = clip_map.n_frames
@@ -88,7 +92,7 @@ class LabelCache:
         # from each batch the oracle returns, and from the catalog for earlier labels
         self._counts: dict[tuple, np.ndarray] = {}
         self._cost = [0, 0.0]  # oracle frames and seconds not yet recorded in the catalog
-        self._commits = [0, 0.0]  # batches committed by this cache and their seconds
+        self._commits = [0, 0.0]  # batches made durable by this cache and their seconds
 
     @property
     def labelled_frames(self) -> np.ndarray:
@@ -148,6 +152,8 @@ class LabelCache:
             self._cost = [0, 0.0]
             if own:
                 bar.close()
+            if self.journal.depth == 0:  # no query running: into the catalog tables now
+                self.journal.flush(self.con)
 
     def label_ahead(self, frames, now: int, done: int = 0) -> None:
         """An operator asks for `frames[:now]` now and for the rest of `frames` next, in
@@ -238,39 +244,17 @@ class LabelCache:
         self.stats.oracle_seconds += (t2 - t1) if cost is None else cost * len(ids) / 1000
 
     def _commit(self, ids: np.ndarray, det: pd.DataFrame, counts: np.ndarray,
-                cost: list | None, ignore: bool = False) -> None:
-        """One transaction: the batch's detections, its frames (with their detection counts)
-        and, when given, the oracle's cost [frames, seconds] since it was last recorded.
-        Frames are inserted plainly (`ignore` skips frames already recorded, slower: only
-        when another connection recorded one meanwhile). A batch lies within one clip."""
+                cost: list | None) -> None:
+        """Make one batch durable in the journal: its detections, its frames (with their
+        detection counts) and, when given, the oracle's cost [frames, seconds] since it was
+        last recorded. A batch lies within one clip."""
         ordinal = int(self.clip_map.ordinals(ids[:1])[0])
         first = int(self.clip_map.first[ordinal])
-        key = [self.video, self.oracle.identity, self.clip_map.names[ordinal]]
-        self.con.execute("BEGIN TRANSACTION")
-        try:
-            if len(det):
-                self.con.register("__vidql_det", det.assign(frame=det["frame"] - first))
-                self.con.execute("INSERT INTO vidql.labels SELECT ?, ?, ?, frame, label, score, "
-                                 "x1, y1, x2, y2 FROM __vidql_det", key)
-            self.con.execute(f"INSERT {'OR IGNORE ' if ignore else ''}INTO vidql.labelled "
-                             "SELECT ?, ?, ?, unnest(?), unnest(?)",
-                             key + [(ids - first).tolist(), counts.tolist()])
-            if cost is not None:
-                self.con.execute("INSERT INTO vidql.oracle_costs VALUES (?, ?, ?) ON CONFLICT DO "
-                                 "UPDATE SET frames = frames + excluded.frames, "
-                                 "seconds = seconds + excluded.seconds",
-                                 [self.oracle.identity] + cost)
-            self.con.execute("COMMIT")
-        except duckdb.ConstraintException:
-            self.con.execute("ROLLBACK")
-            if ignore:
-                raise
-            self._commit(ids, det, counts, cost, ignore=True)
-        except BaseException:
-            self.con.execute("ROLLBACK")
-            raise
-        finally:
-            self.con.unregister("__vidql_det")
+        self.journal.append(LabelBatch(self.video, self.oracle.identity,
+                                       self.clip_map.names[ordinal], ids - first, counts,
+                                       det.assign(frame=det["frame"] - first), cost))
+        if self.journal.full:
+            self.journal.flush(self.con)
 
     def detections(self, frames=None) -> pd.DataFrame:
         """Cached detections (DETECTION_COLUMNS) of `frames` (all labelled frames if None),
@@ -280,6 +264,7 @@ class LabelCache:
         else:
             frames = self._check_range(frames)
             self.ensure(frames)
+        self.journal.flush(self.con)  # read where the labels live
         with self._wanted(np.unique(frames)):
             return self.con.execute(
                 f"SELECT w.position AS frame, {', '.join('l.' + c for c in DETECTION_COLUMNS[1:])}"
@@ -303,7 +288,7 @@ class LabelCache:
         """Detection counts (len(frames) × len(keys)) of labelled `frames` by each
         (label, min_score) key, read from the catalog once per frame and key."""
         for key in keys:
-            self._counts.setdefault(key, np.full(self.n_frames, -1, dtype=np.int32))
+            self._count_key(key)
         unknown = np.unique(frames[np.any([self._counts[k][frames] < 0 for k in keys], axis=0)]
                             if keys and len(frames) else frames[:0])
         if len(unknown):
@@ -315,9 +300,24 @@ class LabelCache:
         return np.column_stack([self._counts[k][frames] for k in keys]) if keys else \
             np.zeros((len(frames), 0), dtype=np.int32)
 
+    def _count_key(self, key: tuple) -> None:
+        """Count `key` in every batch the oracle labels from now on, and in the batches of
+        this cache that wait in the journal (the catalog tables do not hold them yet)."""
+        if key in self._counts:
+            return
+        counts = self._counts[key] = np.full(self.n_frames, -1, dtype=np.int32)
+        first = dict(zip(self.clip_map.names, self.clip_map.first, strict=True))
+        for b in self.journal.pending:
+            if b.video == self.video and b.oracle == self.oracle.identity:
+                det = b.detections
+                rows = pd.Index(b.frames).get_indexer(det["frame"].to_numpy())
+                counts[first[b.clip] + b.frames] = count_detections(
+                    key, det["label"].to_numpy(object), det["score"].to_numpy(np.float64),
+                    rows, len(b.frames))
+
     def _load_counts(self, frames: np.ndarray, keys: list[tuple]) -> None:
         """Counts of frames labelled before this cache saw them, computed where the labels
-        live, in one statement."""
+        live, in one statement (frames in the journal are counted by `_count_key`)."""
         cols = ", ".join(f"{count_sql(k)} AS c{i}" for i, k in enumerate(keys))
         with self._wanted(frames):
             got = self.con.execute(
@@ -336,7 +336,7 @@ class LabelCache:
         detections per call."""
         stats = FrameStatistics(exprs)
         for key in stats.keys:  # counted from each batch the oracle labels from now on
-            self._counts.setdefault(key, np.full(self.n_frames, -1, dtype=np.int32))
+            self._count_key(key)
 
         def values(frames: np.ndarray) -> tuple:
             frames = self._check_range(frames)

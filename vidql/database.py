@@ -83,8 +83,7 @@ class Database:
 
     # ---- lifecycle ----------------------------------------------------------------
     def close(self) -> None:
-        self.catalog.set_executor(None)  # stops this database's Ray oracle actors
-        self.catalog.con.close()
+        self.catalog.close()  # merges pending labels, stops Ray oracle actors
         self.con.close()
         if self._tmp is not None:
             self._tmp.cleanup()

@@ -1,0 +1,213 @@
+"""The label journal: how an oracle batch becomes durable in a fraction of a millisecond.
+
+Each batch the oracle returns is appended to `labels.journal` in the artifacts folder and
+fsynced before anything uses it (about 0.2 ms here, against 3-8 ms for a DuckDB commit).
+Batches gather in memory and are merged into the catalog tables (`vidql.labels`,
+`vidql.labelled`, `vidql.oracle_costs`) in one transaction by `flush`: at the end of each
+query or index build (`Catalog.labelling`), before anything reads those tables, and when
+many are pending. Opening a database read-write replays what a killed process left in the
+journal (`replay`); a record torn by the kill is cut off (its batch was never used), and a
+batch whose frames the catalog already holds (merged before the kill truncated the journal)
+is skipped, so nothing is stored twice.
+
+A record: MAGIC, payload length (u64), CRC-32 of the payload (u32), payload. The payload is
+a JSON header (video, oracle, clip, sizes, label names, cost) and the raw arrays.
+"""
+from __future__ import annotations
+
+import json
+import os
+import struct
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pandas as pd
+
+MAGIC = b"VQJ1"
+HEAD = struct.Struct("<4sQI")  # magic, payload length, crc32
+BOXES = ("score", "x1", "y1", "x2", "y2")
+FLUSH_FRAMES = 50_000  # pending frames that trigger a merge (bounds the memory they hold)
+FLUSH_ROWS = 500_000  # pending detection rows likewise
+
+
+@dataclass
+class LabelBatch:
+    """One oracle batch, frames numbered within its clip. `cost` = [frames, seconds] of
+    the oracle since its cost was last recorded, or None."""
+
+    video: str
+    oracle: str
+    clip: str
+    frames: np.ndarray  # int64, within the clip
+    counts: np.ndarray  # detections per frame
+    detections: pd.DataFrame  # frame (within the clip), label, score, x1, y1, x2, y2
+    cost: list | None = None
+
+    def encode(self) -> bytes:
+        det = self.detections
+        names, codes = np.unique(det["label"].to_numpy(str), return_inverse=True) if len(det) \
+            else (np.array([], dtype=str), np.array([], dtype=np.int32))
+        header = json.dumps({"video": self.video, "oracle": self.oracle, "clip": self.clip,
+                             "frames": len(self.frames), "rows": len(det),
+                             "labels": names.tolist(), "cost": self.cost}).encode()
+        parts = [struct.pack("<I", len(header)), header,
+                 np.ascontiguousarray(self.frames, dtype="<i8").tobytes(),
+                 np.ascontiguousarray(self.counts, dtype="<i4").tobytes(),
+                 det["frame"].to_numpy("<i8").tobytes(), codes.astype("<i4").tobytes(),
+                 det[list(BOXES)].to_numpy("<f8").tobytes() if len(det) else b""]
+        return b"".join(parts)
+
+    @classmethod
+    def decode(cls, payload: bytes) -> "LabelBatch":
+        (size,) = struct.unpack_from("<I", payload)
+        head = json.loads(payload[4:4 + size])
+        n, m, at = head["frames"], head["rows"], 4 + size
+
+        def take(dtype, count):
+            nonlocal at
+            arr = np.frombuffer(payload, dtype=dtype, count=count, offset=at)
+            at += arr.nbytes
+            return arr
+
+        frames, counts = take("<i8", n).copy(), take("<i4", n).copy()
+        det_frames, codes = take("<i8", m), take("<i4", m)
+        boxes = take("<f8", 5 * m).reshape(m, 5)
+        labels = np.asarray(head["labels"], dtype=object)[codes] if m else np.array([], object)
+        det = pd.DataFrame({"frame": det_frames.copy(), "label": labels,
+                            **{c: boxes[:, i].copy() for i, c in enumerate(BOXES)}})
+        return cls(head["video"], head["oracle"], head["clip"], frames, counts, det, head["cost"])
+
+
+class LabelJournal:
+    """The journal file of one catalog and the batches appended since the last merge."""
+
+    def __init__(self, path: Path | None):
+        self.path = None if path is None else Path(path)
+        self.pending: list[LabelBatch] = []
+        self.depth = 0  # open `deferred` scopes: merge when the outermost ends
+        self._file = None
+        self._pending_frames = self._pending_rows = 0
+
+    def append(self, batch: LabelBatch) -> None:
+        """Make `batch` durable (written and fsynced) and keep it for the next merge."""
+        if self.path is not None:
+            payload = batch.encode()
+            if self._file is None:
+                self._file = open(self.path, "ab")
+            self._file.write(HEAD.pack(MAGIC, len(payload), zlib.crc32(payload)) + payload)
+            self._file.flush()
+            os.fsync(self._file.fileno())
+        self.pending.append(batch)
+        self._pending_frames += len(batch.frames)
+        self._pending_rows += len(batch.detections)
+
+    @property
+    def full(self) -> bool:
+        """Whether so many batches wait that they should be merged now."""
+        return self._pending_frames >= FLUSH_FRAMES or self._pending_rows >= FLUSH_ROWS
+
+    def flush(self, con: duckdb.DuckDBPyConnection) -> None:
+        """Merge the pending batches into the catalog tables in one transaction, then empty
+        the journal."""
+        if not self.pending:
+            return
+        merge(con, self.pending)
+        self.pending, self._pending_frames, self._pending_rows = [], 0, 0
+        self.truncate()
+
+    def truncate(self) -> None:
+        if self.path is None:
+            return
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+        if self.path.exists():
+            with open(self.path, "r+b") as fh:
+                fh.truncate(0)
+                os.fsync(fh.fileno())
+
+    def replay(self, con: duckdb.DuckDBPyConnection) -> int:
+        """Merge what a killed process left in the journal (batches the catalog does not hold
+        yet); returns the number of frames recovered."""
+        if self.path is None or not self.path.exists() or not self.path.stat().st_size:
+            return 0
+        batches = read_records(self.path.read_bytes())
+        fresh = [b for b in batches if len(b.frames) and not _recorded(con, b)]
+        if fresh:
+            merge(con, fresh)
+        self.truncate()
+        return sum(len(b.frames) for b in fresh)
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+def read_records(data: bytes) -> list[LabelBatch]:
+    """The whole records of a journal's bytes, up to the first torn or damaged one."""
+    out, at = [], 0
+    while at + HEAD.size <= len(data):
+        magic, size, crc = HEAD.unpack_from(data, at)
+        payload = data[at + HEAD.size:at + HEAD.size + size]
+        if magic != MAGIC or len(payload) != size or zlib.crc32(payload) != crc:
+            break
+        out.append(LabelBatch.decode(payload))
+        at += HEAD.size + size
+    return out
+
+
+def _recorded(con, batch: LabelBatch) -> bool:
+    """Whether the catalog holds the batch (merged whole, so its first frame tells)."""
+    return bool(con.execute("SELECT count(*) FROM vidql.labelled WHERE video = ? AND oracle = ? "
+                            "AND clip = ? AND frame = ?",
+                            [batch.video, batch.oracle, batch.clip, int(batch.frames[0])]
+                            ).fetchall()[0][0])
+
+
+def merge(con: duckdb.DuckDBPyConnection, batches: list[LabelBatch]) -> None:
+    """Insert `batches` (frames, detections, oracle costs) in one transaction. Rows are
+    inserted plainly (fast); if another connection recorded one of the frames meanwhile,
+    the frames it holds are skipped instead."""
+    groups: dict[tuple, list[LabelBatch]] = {}
+    for b in batches:
+        groups.setdefault((b.video, b.oracle, b.clip), []).append(b)
+    costs: dict[str, list] = {}
+    for b in batches:
+        if b.cost is not None:
+            total = costs.setdefault(b.oracle, [0, 0.0])
+            total[0], total[1] = total[0] + b.cost[0], total[1] + b.cost[1]
+    try:
+        _insert(con, groups, costs, skip_recorded=False)
+    except duckdb.ConstraintException:
+        _insert(con, groups, costs, skip_recorded=True)
+
+
+def _insert(con, groups: dict, costs: dict, *, skip_recorded: bool) -> None:
+    """One transaction: per (video, oracle, clip), its detections and frames."""
+    new = ("WHERE NOT EXISTS (SELECT 1 FROM vidql.labelled l WHERE l.video = $1 AND "
+           "l.oracle = $2 AND l.clip = $3 AND l.frame = t.frame)") if skip_recorded else ""
+    con.execute("BEGIN TRANSACTION")
+    try:
+        for key, group in groups.items():
+            det = pd.concat([b.detections for b in group], ignore_index=True)
+            if len(det):
+                con.register("__vidql_det", det)
+                con.execute("INSERT INTO vidql.labels SELECT $1, $2, $3, frame, label, score, "
+                            f"x1, y1, x2, y2 FROM __vidql_det t {new}", list(key))
+                con.unregister("__vidql_det")
+            con.execute("INSERT INTO vidql.labelled SELECT $1, $2, $3, t.frame, t.detections "
+                        f"FROM (SELECT unnest($4) AS frame, unnest($5) AS detections) t {new}",
+                        list(key) + [np.concatenate([b.frames for b in group]).tolist(),
+                                     np.concatenate([b.counts for b in group]).tolist()])
+        for oracle, (n, seconds) in costs.items():
+            con.execute("INSERT INTO vidql.oracle_costs VALUES (?, ?, ?) ON CONFLICT DO UPDATE "
+                        "SET frames = frames + excluded.frames, seconds = seconds + "
+                        "excluded.seconds", [oracle, n, seconds])
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
