@@ -84,14 +84,22 @@ def file_fingerprint(path: str | Path) -> str:
     return f"content:{size}:{h.hexdigest()[:32]}"
 
 
+_VERIFIED: dict[tuple, str] = {}  # (path, size, mtime_ns, inode) -> fingerprint it matched
+
+
 def fingerprint_matches(stored: str, path: str | Path) -> bool:
-    """Whether the file at `path` has the content a catalog recorded. Catalogs made before
+    """Whether the file at `path` has the content a catalog recorded (hashed once per
+    process while the file's size, time and inode stay as they were). Catalogs made before
     content fingerprints stored `size:mtime:sha256(first MiB)`; those compare size and
     head only, so a touched file still matches."""
     import hashlib
 
     if stored.startswith("content:"):
-        return file_fingerprint(path) == stored
+        st = os.stat(path)
+        key = (str(Path(path).resolve()), st.st_size, st.st_mtime_ns, st.st_ino)
+        if _VERIFIED.get(key) != stored and file_fingerprint(path) == stored:
+            _VERIFIED[key] = stored
+        return _VERIFIED.get(key) == stored
     size, _mtime, head = stored.split(":")
     with open(path, "rb") as fh:
         now = hashlib.sha256(fh.read(1 << 20)).hexdigest()[:16]
@@ -159,11 +167,12 @@ class Catalog:
         return [r[0] for r in self.con.execute("SELECT name FROM vidql.videos ORDER BY name").fetchall()]
 
     def video_row(self, name: str) -> dict:
-        df = self.con.execute("SELECT * FROM vidql.videos WHERE lower(name) = lower(?)", [name]).df()
-        if df.empty:
+        cur = self.con.execute("SELECT * FROM vidql.videos WHERE lower(name) = lower(?)", [name])
+        rows = cur.fetchall()
+        if not rows:
             known = ", ".join(self.video_names()) or "none loaded yet"
             raise CatalogError(f"unknown video {name!r}; videos: {known}")
-        return df.iloc[0].to_dict()
+        return {col[0]: value for col, value in zip(cur.description, rows[0], strict=True)}
 
     def video_dir(self, name: str) -> Path:
         return self.artifacts / "videos" / name

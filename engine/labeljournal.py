@@ -48,11 +48,10 @@ class LabelBatch:
 
     def encode(self) -> bytes:
         det = self.detections
-        names, codes = np.unique(det["label"].to_numpy(str), return_inverse=True) if len(det) \
-            else (np.array([], dtype=str), np.array([], dtype=np.int32))
+        codes, names = pd.factorize(det["label"].to_numpy(object))
         header = json.dumps({"video": self.video, "oracle": self.oracle, "clip": self.clip,
                              "frames": len(self.frames), "rows": len(det),
-                             "labels": names.tolist(), "cost": self.cost}).encode()
+                             "labels": [str(n) for n in names], "cost": self.cost}).encode()
         parts = [struct.pack("<I", len(header)), header,
                  np.ascontiguousarray(self.frames, dtype="<i8").tobytes(),
                  np.ascontiguousarray(self.counts, dtype="<i4").tobytes(),

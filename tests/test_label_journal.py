@@ -1,0 +1,124 @@
+"""The label journal: batches durable before use, merged once per query, replayed after a kill."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import zlib
+
+import numpy as np
+import pytest
+
+import vidql
+from vidql.engine.labeljournal import HEAD, MAGIC, read_records
+
+
+def _labelled(db) -> int:
+    return db.con.execute("SELECT count(*) FROM vidql.labelled").fetchall()[0][0]
+
+
+def _traffic(path, small_traffic):
+    video, labels = small_traffic
+    db = vidql.connect(path, progress=False)
+    if "t" not in db.catalog.video_names():
+        db.sql(f"LOAD VIDEO '{video}' AS t; CREATE ORACLE truth FROM LABELS '{labels}'; "
+               "SET ORACLE t = truth")
+    return db
+
+
+def test_a_query_merges_its_batches_once_at_the_end(small_traffic, tmp_path):
+    """Inside a query's scope batches wait in the journal (durable) and the catalog tables
+    do not hold them yet; a statistic asked for meanwhile is counted from them; the scope's
+    end merges them all and empties the journal."""
+    with _traffic(tmp_path / "j.db", small_traffic) as db:
+        cache = db.labels("t")
+        with db.catalog.labelling():
+            cache.ensure(np.arange(0, 100))
+            cache.ensure(np.arange(100, 150))
+            assert _labelled(db) == 0 and len(db.catalog.journal.pending) >= 2
+            assert len(read_records((db.artifacts / "labels.journal").read_bytes())) == \
+                len(db.catalog.journal.pending)
+            (inside,) = cache.true_values("objects('bus')")(np.arange(150))
+        assert _labelled(db) == 150 and not db.catalog.journal.pending
+        assert (db.artifacts / "labels.journal").stat().st_size == 0
+        calls = cache.stats.oracle_calls
+    with _traffic(tmp_path / "j.db", small_traffic) as db:  # a new cache reads the catalog
+        (after,) = db.labels("t").true_values("objects('bus')")(np.arange(150))
+        assert db.labels("t").stats.oracle_calls == 0 and calls == 150
+    np.testing.assert_array_equal(inside, after)
+
+
+def test_replay_cuts_a_torn_record_and_skips_merged_batches(small_traffic, tmp_path):
+    """What a killed process leaves: whole records are merged when the database is next
+    opened; a record torn by the kill is dropped (its batch was never used); a batch the
+    catalog already holds (merged before the journal was emptied) is not stored twice."""
+    path = tmp_path / "r.db"
+    with _traffic(path, small_traffic) as db:
+        cache, journal = db.labels("t"), db.catalog.journal
+        with db.catalog.labelling():
+            cache.ensure(np.arange(0, 20))
+            merged = list(journal.pending)  # merged when this scope ends
+        with db.catalog.labelling():
+            cache.ensure(np.arange(20, 60))
+            lost = list(journal.pending)
+            journal.pending = []  # as if the process died before this merge
+        assert _labelled(db) == 20
+        rows_before = db.con.execute("SELECT count(*) FROM vidql.labels").fetchall()[0][0]
+        journal_path = db.artifacts / "labels.journal"
+    journal_path.write_bytes(b"".join(_record(b) for b in merged + lost)
+                             + _record(lost[0])[:-7])  # the kill tore the last record
+    assert len(read_records(journal_path.read_bytes())) == len(merged) + len(lost)
+    with _traffic(path, small_traffic) as db:
+        assert _labelled(db) == 60 and journal_path.stat().st_size == 0
+        rows = db.con.execute("SELECT count(*) FROM vidql.labels").fetchall()[0][0]
+        assert rows == rows_before + sum(len(b.detections) for b in lost)
+        cache = db.labels("t")
+        cache.ensure(np.arange(60))
+        assert cache.stats.oracle_calls == 0
+
+
+def _record(batch) -> bytes:
+    payload = batch.encode()
+    return HEAD.pack(MAGIC, len(payload), zlib.crc32(payload)) + payload
+
+
+CHILD = """
+import sys, vidql
+sys.path.insert(0, {moddir!r})
+db = vidql.connect({db!r}, progress=False)
+db.load_video({clip!r}, "clip")
+db.create_oracle("bright", "PYTHON", "vq_test_oracle:BrightnessOracle")
+db.set_oracle("clip", "bright")
+db.sql("SELECT sum(objects('car')) FROM clip")
+print("finished")
+"""
+
+
+def test_sigkill_during_a_query_keeps_its_journalled_batches(counter_clip, oracle_module,
+                                                             tmp_path):
+    """An exact query's oracle blocks in its fifth call; killed there, the four batches
+    before it (in the journal only) are in the catalog once the database is reopened, and
+    the query then labels only the rest."""
+    db_path, block_after = tmp_path / "db.vidql", 4
+    script = CHILD.format(moddir=str(tmp_path), db=str(db_path), clip=str(counter_clip))
+    child = subprocess.Popen([sys.executable, "-c", textwrap.dedent(script)],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True,
+                             env=dict(os.environ, VQ_BLOCK_AFTER=str(block_after)))
+    try:
+        line = child.stdout.readline()
+        if line.strip() != "blocked":
+            pytest.fail(f"the child did not block in the oracle: {line!r} {child.communicate()[1]}")
+        os.kill(child.pid, signal.SIGKILL)
+    finally:
+        child.kill()
+        child.communicate()
+    with vidql.connect(db_path, progress=False) as db:
+        batch = db.labels("clip").oracle.batch_size
+        assert _labelled(db) == block_after * batch < 120
+        oracle_module.CALLS.clear()
+        db.sql("SELECT sum(objects('car')) FROM clip")
+        assert sum(oracle_module.CALLS) == 120 - block_after * batch
+        assert _labelled(db) == 120
