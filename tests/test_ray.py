@@ -97,7 +97,7 @@ def _copy_db(src, dst):
 
 
 @pytest.mark.slow  # two builds, the Ray one starting task workers: ~30 s on a loaded machine
-def test_create_index_matches_local(small_traffic, tmp_path):
+def test_create_index_matches_local(small_traffic, python_path, tmp_path):
     video, labels = small_traffic
     built = {}
     for executor in ("local", "ray"):
