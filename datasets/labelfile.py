@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Iterator
 
+import numpy as np
 import pandas as pd
 
 from vidql.detections import DETECTION_COLUMNS, FLOAT_COLUMNS
@@ -16,6 +18,7 @@ from vidql.errors import VidqlError
 from vidql.files import atomic_path
 
 LABEL_COLUMNS = DETECTION_COLUMNS
+TEXT_COLUMNS = ("clip", "label")
 _FORMATS = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
 
 
@@ -27,35 +30,103 @@ def _format(path: Path) -> str:
     return fmt
 
 
-def _validated(df: pd.DataFrame, path: Path) -> pd.DataFrame:
-    """The label columns in order with their dtypes; VidqlError naming what is wrong."""
-    missing = [c for c in LABEL_COLUMNS if c not in df.columns]
+def _check_present(names, path: Path) -> list[str]:
+    """The columns to read, in order (clip first when present); VidqlError naming missing ones."""
+    missing = [c for c in LABEL_COLUMNS if c not in names]
     if missing:
         raise VidqlError(f"label file '{path}' lacks column(s) {', '.join(missing)}; "
                          f"expected {','.join(LABEL_COLUMNS)}")
-    out = {}
-    for col in ["frame"] + FLOAT_COLUMNS:
-        values = pd.to_numeric(df[col], errors="coerce")
-        bad = values.isna()
-        if bad.any():
-            row = int(bad.to_numpy().nonzero()[0][0])
-            raise VidqlError(f"label file '{path}': column '{col}' has a missing or non-numeric "
-                             f"value {df[col].iloc[row]!r} in data row {row + 1}")
-        out[col] = values.astype("float64")
-    frame = out["frame"]
-    if ((frame % 1 != 0) | (frame < 0)).any():
+    return (["clip"] if "clip" in names else []) + LABEL_COLUMNS
+
+
+def _numbers(name: str, column: pd.Series, path: Path) -> np.ndarray:
+    """Column `name` as float64 (frame: int64); VidqlError naming a bad value's row."""
+    values = pd.to_numeric(column, errors="coerce")
+    bad = values.isna()
+    if bad.any():
+        row = int(bad.to_numpy().nonzero()[0][0])
+        raise VidqlError(f"label file '{path}': column '{name}' has a missing or non-numeric "
+                         f"value {column.iloc[row]!r} in data row {row + 1}")
+    values = values.to_numpy(dtype=np.float64)
+    if name != "frame":
+        return values
+    if ((values % 1 != 0) | (values < 0)).any():
         raise VidqlError(f"label file '{path}': column 'frame' must hold non-negative integers")
-    out["frame"] = frame.astype("int64")
-    if df["label"].isna().any():
-        raise VidqlError(f"label file '{path}': column 'label' has a missing value")
-    out["label"] = df["label"].astype("str")
-    columns = LABEL_COLUMNS
-    if "clip" in df.columns:
-        if df["clip"].isna().any():
-            raise VidqlError(f"label file '{path}': column 'clip' has a missing value")
-        out["clip"] = df["clip"].astype("str")
-        columns = ["clip"] + LABEL_COLUMNS
-    return pd.DataFrame({c: out[c] for c in columns}).reset_index(drop=True)
+    return values.astype(np.int64)
+
+
+def _categories(name: str, column: pd.Series, path: Path) -> pd.Categorical:
+    """Text column `name` as a Categorical of str (codes, not a string per row)."""
+    if column.isna().any():
+        raise VidqlError(f"label file '{path}': column '{name}' has a missing value")
+    values = column.array if isinstance(column.dtype, pd.CategoricalDtype) else pd.Categorical(column)
+    if not all(isinstance(c, str) for c in values.categories):
+        values = pd.Categorical(column.astype("str"))
+    return values
+
+
+def _raw_columns(path: Path, fmt: str) -> Iterator[tuple[str, pd.Series]]:
+    """(name, column as read) for each label column; Parquet is read a column at a time."""
+    if fmt == "csv":
+        df = pd.read_csv(path, dtype={"label": "str"}, keep_default_na=False,
+                         na_values={c: [""] for c in ["frame"] + FLOAT_COLUMNS})
+        for name in _check_present(df.columns, path):
+            yield name, df.pop(name)
+        return
+    import pyarrow.parquet as pq
+
+    parquet = pq.ParquetFile(path)
+    for name in _check_present(parquet.schema_arrow.names, path):
+        yield name, _parquet_column(parquet, name)
+
+
+def _parquet_column(parquet, name: str) -> pd.Series:
+    """Column `name` of a ParquetFile as pandas, text dictionary-encoded, copied out of
+    Arrow's memory pool, which is then emptied (it would keep freed columns)."""
+    import pyarrow as pa
+
+    column = parquet.read(columns=[name], use_threads=False).column(name)
+    if name in TEXT_COLUMNS and (pa.types.is_string(column.type)
+                                 or pa.types.is_large_string(column.type)):
+        column = column.dictionary_encode()
+    values = column.to_pandas().copy(deep=True)
+    del column
+    pa.default_memory_pool().release_unused()
+    return values
+
+
+def read_label_columns(path: str | os.PathLike) -> Iterator[tuple[str, np.ndarray | pd.Categorical]]:
+    """The checked columns of a label file, one at a time, in order: clip (when present) and
+    label as Categoricals of str, frame as int64, score and the box as float64. A caller
+    that keeps each column compactly never holds the whole table (see `read_labels`)."""
+    path = Path(path)
+    fmt = _format(path)
+    if not path.is_file():
+        raise VidqlError(f"label file '{path}' does not exist")
+    try:
+        for name, column in _raw_columns(path, fmt):
+            yield name, (_categories if name in TEXT_COLUMNS else _numbers)(name, column, path)
+    except (ValueError, OSError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
+        raise VidqlError(f"label file '{path}' cannot be read as {fmt}: {exc}") from exc
+
+
+def read_labels(path: str | os.PathLike) -> pd.DataFrame:
+    """Read a label file written by `write_labels` or in the shared CSV format: columns
+    frame (int64), label (str), score and x1, y1, x2, y2 (float64), and clip (str) when
+    present; others are dropped."""
+    return pd.DataFrame({name: pd.Series(values).astype("str") if name in TEXT_COLUMNS else values
+                         for name, values in read_label_columns(path)})
+
+
+def _validated(df: pd.DataFrame, path: Path) -> pd.DataFrame:
+    """The label columns in order with their dtypes; VidqlError naming what is wrong."""
+    out = {}
+    for name in _check_present(df.columns, path):
+        if name in TEXT_COLUMNS:
+            out[name] = pd.Series(_categories(name, df[name], path)).astype("str")
+        else:
+            out[name] = _numbers(name, df[name], path)
+    return pd.DataFrame(out)
 
 
 def write_labels(df: pd.DataFrame, path: str | os.PathLike) -> Path:
@@ -70,22 +141,3 @@ def write_labels(df: pd.DataFrame, path: str | os.PathLike) -> Path:
         else:
             data.to_parquet(tmp, index=False)
     return path
-
-
-def read_labels(path: str | os.PathLike) -> pd.DataFrame:
-    """Read a label file written by `write_labels` or in the shared CSV format: columns
-    frame (int64), label (str), score and x1, y1, x2, y2 (float64), and clip (str) when
-    present; others are dropped."""
-    path = Path(path)
-    fmt = _format(path)
-    if not path.is_file():
-        raise VidqlError(f"label file '{path}' does not exist")
-    try:
-        if fmt == "csv":
-            df = pd.read_csv(path, dtype={"label": "str"}, keep_default_na=False,
-                             na_values={c: [""] for c in ["frame"] + FLOAT_COLUMNS})
-        else:
-            df = pd.read_parquet(path)
-    except (ValueError, OSError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
-        raise VidqlError(f"label file '{path}' cannot be read as {fmt}: {exc}") from exc
-    return _validated(df, path)

@@ -10,12 +10,34 @@ import numpy as np
 import pandas as pd
 
 from vidql.errors import OracleError
-from vidql.detections import DETECTION_COLUMNS, detections_frame
+from vidql.detections import detections_frame, with_dtypes
 from .oracle_api import Oracle, file_digest
 from vidql.ranges import BATCH_SIZE, Bounds
 
 ORACLE_KINDS = ("ONNX", "TORCHVISION", "LABELS", "PYTHON")
 COST_MS = Bounds(0.0)                     # simulated milliseconds per frame
+
+
+EXACT_DTYPES = (np.int8, np.int16, np.int32, np.float32)  # tried in order by `narrowest_exact`
+
+
+def narrowest_exact(values: np.ndarray) -> np.ndarray:
+    """`values` in the first of EXACT_DTYPES narrower than theirs that holds every value bit
+    for bit (so `astype` back gives exactly `values`), else `values` unchanged."""
+    if not len(values):
+        return values
+    low, high = values.min(), values.max()
+    for dtype in EXACT_DTYPES:
+        if np.dtype(dtype).itemsize >= values.dtype.itemsize:
+            break
+        if np.issubdtype(dtype, np.integer) and not (np.iinfo(dtype).min <= low
+                                                      and high <= np.iinfo(dtype).max):
+            continue
+        narrow = values.astype(dtype)
+        back = narrow.astype(values.dtype)
+        if np.array_equal(back.view(f"u{back.itemsize}"), values.view(f"u{values.itemsize}")):
+            return narrow
+    return values
 
 
 class LabelsOracle(Oracle):
@@ -27,26 +49,44 @@ class LabelsOracle(Oracle):
 
     def __init__(self, name: str, path: str | Path, *, cost_ms: float | None = None,
                  batch_size: int = 256):
-        from vidql.datasets import read_labels
-
         cost_ms = None if cost_ms is None else COST_MS.check("LABELS option cost_ms", cost_ms)
         batch_size = BATCH_SIZE.check("option batch_size", batch_size)
-        table = read_labels(path)
-        self.clips = sorted(set(table["clip"])) if "clip" in table.columns else None
-        # rows sorted by (clip, frame), found by binary search: no per-frame index objects
-        # (a dict of arrays cost about 1 KB a frame, 1.5 GB for a million-frame table)
-        codes = (pd.Categorical(table["clip"], categories=self.clips).codes
-                 if self.clips is not None else np.zeros(len(table), dtype=np.int8))
-        order = np.lexsort((table["frame"].to_numpy(), codes))
-        self.table = table[DETECTION_COLUMNS].iloc[order].reset_index(drop=True).astype(
-            {"label": "category"})
-        self._frames = self.table["frame"].to_numpy(np.int64)
-        bounds = np.searchsorted(codes[order], np.arange(len(self.clips or [""]) + 1))
-        self._spans = dict(zip(self.clips or [""], zip(bounds[:-1], bounds[1:], strict=True),
-                               strict=True))
+        self._load(path)
         self.name, self.batch_size, self.simulated_cost_ms = name, batch_size, cost_ms
         self.identity = f"labels:{name}:{file_digest(path)}"
         self.sources = (Path(path),)
+
+    def _load(self, path: str | Path) -> None:
+        """The file's rows sorted by (clip, frame), found by binary search, each column read
+        on its own and kept in the narrowest dtype that holds its values exactly (labels as
+        codes): 15 bytes a detection with whole-pixel boxes instead of a DataFrame's 50."""
+        from vidql.datasets import read_label_columns
+
+        columns = read_label_columns(path)
+        order = self._sort(columns)
+        self._columns = {}
+        for name, values in columns:
+            if name == "label":
+                self._label_names = np.asarray(values.categories, dtype=object)
+                values = values.codes
+            self._columns[name] = narrowest_exact(values[order])
+
+    def _sort(self, columns) -> np.ndarray:
+        """Read the clip (when present) and frame columns from `columns`: sets `clips`,
+        `_spans` (each clip's rows) and `_frames`; returns the row order (file order within
+        a frame)."""
+        name, values = next(columns)
+        clip = None
+        if name == "clip":
+            clip, (name, values) = values, next(columns)
+        names = list(clip.categories) if clip is not None else [""]
+        self.clips = sorted(names) if clip is not None else None
+        codes = clip.codes if clip is not None else np.zeros(len(values), dtype=np.int8)
+        order = np.lexsort((values, codes))
+        bounds = np.searchsorted(codes[order], np.arange(len(names) + 1))
+        self._spans = dict(zip(names, zip(bounds[:-1], bounds[1:], strict=True), strict=True))
+        self._frames = narrowest_exact(values[order])
+        return order
 
     def check_clips(self, clips: tuple[str, ...]) -> None:
         """A file without a clip column labels one clip; one with a clip column must name
@@ -76,14 +116,26 @@ class LabelsOracle(Oracle):
                               f"cannot label clip {clip!r} of a collection: add a clip column "
                               f"naming each row's clip")
         lo, hi = self._spans.get(clip if self.clips is not None else "", (0, 0))
-        ids = np.asarray(frame_ids, dtype=np.int64)
+        ids = self._keys(np.asarray(frame_ids, dtype=np.int64))
         first = lo + np.searchsorted(self._frames[lo:hi], ids, side="left")
         count = lo + np.searchsorted(self._frames[lo:hi], ids, side="right") - first
         if not count.sum():
             return detections_frame([])
         rows = np.repeat(first - np.cumsum(count) + count, count) + np.arange(count.sum())
-        found = self.table.iloc[rows].reset_index(drop=True)
-        return found.astype({"label": str})
+        return self._rows(rows)
+
+    def _keys(self, ids: np.ndarray) -> np.ndarray:
+        """`ids` in the dtype of `_frames` when they fit (wider keys make every search copy
+        the whole column)."""
+        dtype = np.iinfo(self._frames.dtype)
+        fits = not len(ids) or (dtype.min <= ids.min() and ids.max() <= dtype.max)
+        return ids.astype(self._frames.dtype) if fits else ids
+
+    def _rows(self, rows: np.ndarray) -> pd.DataFrame:
+        """Detections at sorted positions `rows`, in the standard dtypes."""
+        columns = {name: values[rows] for name, values in self._columns.items()}
+        columns["label"] = self._label_names[columns["label"]]
+        return with_dtypes(pd.DataFrame({"frame": self._frames[rows], **columns}))
 
 
 class PythonOracle(Oracle):

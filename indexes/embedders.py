@@ -15,6 +15,7 @@ from tqdm.auto import tqdm
 
 from vidql.errors import VidqlError
 from .network import to_tensor, torch_device
+from .rowfile import RowFile
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -48,12 +49,14 @@ def embed_range(source, embed_batch: Callable[[np.ndarray], np.ndarray], dim: in
 def embed_source(source, embed_batch: Callable[[np.ndarray], np.ndarray], dim: int, *,
                  size: tuple[int, int], batch_size: int = 256, dtype=np.float32,
                  desc: str = "embedding", progress: bool = True, start: int = 0,
-                 stop: int | None = None, chunk_map: ChunkMap | None = None) -> np.ndarray:
+                 stop: int | None = None, chunk_map: ChunkMap | None = None,
+                 on_disk: bool = False) -> np.ndarray | RowFile:
     """Run `embed_batch` (uint8 B×H×W×3 -> B×dim) over frames [start, stop) of `source`
     (all by default) in order, in chunks through `chunk_map` when given (whole sources
-    only); returns a (stop - start)×dim array of `dtype`."""
+    only); returns a (stop - start)×dim array of `dtype`, or with `on_disk` a RowFile the
+    rows were written to as they came (so they are never all in memory)."""
     stop = source_length(source) if stop is None else int(stop)
-    out = np.empty((stop - start, dim), dtype=dtype)
+    out = new_rows(stop - start, dim, dtype, on_disk)
     seen = 0
     with tqdm(total=stop - start, desc=desc, unit="frame", disable=not progress) as bar:
         if chunk_map is not None:
@@ -72,6 +75,12 @@ def embed_source(source, embed_batch: Callable[[np.ndarray], np.ndarray], dim: i
         raise VidqlError(f"the frame source gave {seen} frames of [{start}, {stop}), but says "
                          f"it has {stop - start}")
     return out
+
+
+def new_rows(n_rows: int, dim: int, dtype=np.float32, on_disk: bool = False
+             ) -> np.ndarray | RowFile:
+    """An n_rows×dim array to fill: in memory, or with `on_disk` a RowFile."""
+    return RowFile(n_rows, dim, dtype) if on_disk else np.empty((n_rows, dim), dtype=dtype)
 
 
 def thumbnail_size(size: tuple[int, int], long_side: int) -> tuple[int, int]:
@@ -132,14 +141,15 @@ def pixel_embeddings(source, *, size: tuple[int, int], dim: int = 64, long_side:
 
 def fit_pixel_embeddings(source, *, size: tuple[int, int], dim: int = 64, long_side: int = 24,
                          seed: int = 0, fit_frames: int = 5000, chunk: int = 4096,
-                         progress: bool = True, chunk_map: ChunkMap | None = None
-                         ) -> tuple[np.ndarray, PixelPCA]:
+                         progress: bool = True, chunk_map: ChunkMap | None = None,
+                         on_disk: bool = False) -> tuple[np.ndarray | RowFile, PixelPCA]:
     """The pixel embedding of every frame and its projection (`PixelPCA`, to embed frames
     added later the same way), fitted on a seeded sample of `fit_frames`.
 
     Memory stays bounded: during the pass the thumbnails stream to a temporary file
     (w·h·3 bytes per frame on disk) and only the sample is kept; they are then projected
-    `chunk` frames at a time. `chunk_map` (see ChunkMap) makes the thumbnails elsewhere."""
+    `chunk` frames at a time, into a RowFile with `on_disk` (see `embed_source`).
+    `chunk_map` (see ChunkMap) makes the thumbnails elsewhere."""
     tw, th = thumbnail_size(size, long_side)
     width = tw * th * 3
     n_frames = source_length(source)
@@ -169,7 +179,7 @@ def fit_pixel_embeddings(source, *, size: tuple[int, int], dim: int = 64, long_s
         _, _, vt = np.linalg.svd(sample - mean, full_matrices=False)
         basis = PixelPCA((tw, th), mean, vt[:min(dim, len(vt))].T)
         del sample
-        out = np.empty((n_frames, basis.dim), dtype=np.float32)
+        out = new_rows(n_frames, basis.dim, np.float32, on_disk)
         spill.seek(0)
         for start in range(0, n_frames, chunk):
             rows = np.fromfile(spill, dtype=np.uint8, count=min(chunk, n_frames - start) * width)
@@ -232,8 +242,11 @@ def pretrained_backbone(weights: str | Path | None = None) -> torch.nn.Module:
 
 
 def pretrained_embeddings(source, *, size: tuple[int, int], weights=None, batch_size: int = 128,
-                          progress: bool = True, chunk_map: ChunkMap | None = None) -> np.ndarray:
-    """512-d ImageNet ResNet-18 features of every frame (local weights, see find_pretrained_weights)."""
+                          progress: bool = True, chunk_map: ChunkMap | None = None,
+                          on_disk: bool = False) -> np.ndarray | RowFile:
+    """512-d ImageNet ResNet-18 features of every frame (local weights, see
+    find_pretrained_weights); `on_disk` as for `embed_source`."""
     embed = network_embedder(pretrained_backbone(weights), mean=IMAGENET_MEAN, std=IMAGENET_STD)
     return embed_source(source, embed, 512, size=size, batch_size=batch_size,
-                        desc="pretrained embedding", progress=progress, chunk_map=chunk_map)
+                        desc="pretrained embedding", progress=progress, chunk_map=chunk_map,
+                        on_disk=on_disk)

@@ -2,6 +2,7 @@
 proxy baseline's regressor. Cheap enough to run over every frame of a video on a CPU."""
 from __future__ import annotations
 
+import ctypes
 import os
 import time
 from contextlib import contextmanager
@@ -64,6 +65,18 @@ def cpu_threads(n: int, blas: int = 1):
             yield
     finally:
         torch.set_num_threads(previous)
+
+
+def release_free_memory() -> None:
+    """Hand the C heap's free pages back to the system. glibc keeps what threads and torch
+    freed (a training run's activations, a decoding pass's frames) as this process's memory
+    until the heap is trimmed; elsewhere this does nothing."""
+    try:
+        trim = getattr(ctypes.CDLL(None), "malloc_trim", None)
+    except (OSError, TypeError):
+        return
+    if trim is not None:
+        trim(0)
 
 
 def fastest_threads(model: nn.Module, size: tuple[int, int], *, batch: int = 64,

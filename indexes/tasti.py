@@ -27,8 +27,9 @@ from .embedders import (embed_source, find_pretrained_weights, fit_pixel_embeddi
 from .encoder import FrameEncoder
 from .fpf import farthest_point_first, random_representatives
 from .neighbours import merge_nearest, nearest
-from .network import CompactCNN, cpu_threads, fastest_threads
+from .network import CompactCNN, cpu_threads, fastest_threads, release_free_memory
 from .propagate import DEFAULT_EPS, propagate
+from .rowfile import RowFile
 from .triplet import label_closeness, train_triplet_network
 
 FORMAT_VERSION = 1
@@ -138,11 +139,13 @@ def _train_network(source, labels: pd.DataFrame, frames: np.ndarray, cfg: dict,
 class TastiIndex:
     """Proxy scores for any frame statistic over one video (see `build`, `proxy`)."""
 
-    def __init__(self, *, embeddings: np.ndarray, rep_frames: np.ndarray, labels: pd.DataFrame,
-                 distances: np.ndarray, positions: np.ndarray, k: int, eps: float = DEFAULT_EPS,
-                 identity: dict | None = None, config: dict | None = None,
-                 stats: dict | None = None, encoder: FrameEncoder | None = None):
-        self.embeddings = embeddings            # float32 n_frames×d
+    def __init__(self, *, embeddings: np.ndarray | RowFile, rep_frames: np.ndarray,
+                 labels: pd.DataFrame, distances: np.ndarray, positions: np.ndarray, k: int,
+                 eps: float = DEFAULT_EPS, identity: dict | None = None,
+                 config: dict | None = None, stats: dict | None = None,
+                 encoder: FrameEncoder | None = None):
+        built_file = isinstance(embeddings, RowFile)
+        self.embeddings = embeddings.array() if built_file else embeddings  # float32 n_frames×d
         self.rep_frames = np.asarray(rep_frames, dtype=np.int64)  # representative j's frame
         self.labels = labels                    # detections of the representatives
         self.distances = distances              # float32 n_frames×k, to nearest reps
@@ -154,6 +157,7 @@ class TastiIndex:
         self.stats = dict(stats or {})
         self.encoder = encoder                  # embeds frames added later (see `extend`)
         self.directory: Path | None = None      # where it was last saved or loaded from
+        self._built_file = embeddings if built_file else None  # the build's file, until saved
         self._embeddings_file: Path | None = None  # a saved copy of `embeddings`
         self._embeddings_rows = 0                  # how many of its rows hold them
         self._encoder_meta: dict | None = None     # the saved encoder's metadata entry
@@ -210,6 +214,10 @@ class TastiIndex:
         video fingerprint and oracle identity) is stored and checked by
         `load(..., expect=...)`. `chunk_map` runs the embedding passes in chunks elsewhere
         (see embedders.ChunkMap); the rest of the build stays here.
+
+        Memory does not grow with the frames beyond the distances to the representatives:
+        each embedding is written to a temporary file as it is made (a RowFile), which FPF
+        and k-NN read a block at a time; the index maps it (and `save` copies it).
         """
         n_frames = source_length(source)
         config = check_options(n_frames, train=train, reps=reps, k=k, seed=seed,
@@ -232,6 +240,7 @@ class TastiIndex:
         clock = [time.perf_counter()]
 
         def lap(stage: str) -> None:
+            release_free_memory()  # what the stage freed, e.g. training's or decoding's
             now = time.perf_counter()
             seconds[stage] = round(now - clock[0], 3)
             clock[0] = now
@@ -258,7 +267,7 @@ class TastiIndex:
                 del emb  # the mining embedding: not needed beside the triplet one
                 emb = embed_source(source, network_embedder(model), cfg["dim"], size=size,
                                    desc="triplet embedding", progress=progress,
-                                   chunk_map=chunk_map)
+                                   chunk_map=chunk_map, on_disk=True)
                 encoder = FrameEncoder("network", model)
                 stats["embedding"] = "triplet CNN"
                 lap("embedding")
@@ -283,25 +292,26 @@ class TastiIndex:
 
     @classmethod
     def _first_embedding(cls, source, cfg, progress, weights, chunk_map
-                         ) -> tuple[np.ndarray, FrameEncoder, dict]:
-        """(embedding, its encoder, stats naming it): the final embedding for 'pretrained'
-        and 'pixel', the mining embedding for 'triplet'."""
+                         ) -> tuple[RowFile, FrameEncoder, dict]:
+        """(embedding on disk, its encoder, stats naming it): the final embedding for
+        'pretrained' and 'pixel', the mining embedding for 'triplet'."""
         size = tuple(cfg["size"])
         if cfg["embedder"] == "pretrained":
             emb = pretrained_embeddings(source, size=size, weights=weights, progress=progress,
-                                        chunk_map=chunk_map)
+                                        chunk_map=chunk_map, on_disk=True)
             return (emb, FrameEncoder("pretrained", weights=find_pretrained_weights(weights)),
                     {"embedding": "pretrained ResNet-18"})
         if cfg["embedder"] == "pixel":
             emb, basis = fit_pixel_embeddings(source, size=size, seed=cfg["seed"],
-                                              progress=progress, chunk_map=chunk_map)
+                                              progress=progress, chunk_map=chunk_map,
+                                              on_disk=True)
             return emb, FrameEncoder("pixel", basis), {"embedding": "pixel thumbnail PCA"}
         emb, name, encoder = cls._mining_embedding(source, cfg, progress, weights, chunk_map)
         return emb, encoder, {"mining_embedding": name}
 
     @staticmethod
     def _mining_embedding(source, cfg, progress, weights, chunk_map=None
-                          ) -> tuple[np.ndarray, str, FrameEncoder]:
+                          ) -> tuple[RowFile, str, FrameEncoder]:
         """Pretrained ResNet-18 features when local weights exist, else the pixel embedding
         (with its name and encoder)."""
         size = tuple(cfg["size"])
@@ -311,10 +321,11 @@ class TastiIndex:
             if weights is not None:
                 raise
             emb, basis = fit_pixel_embeddings(source, size=size, seed=cfg["seed"],
-                                              progress=progress, chunk_map=chunk_map)
+                                              progress=progress, chunk_map=chunk_map,
+                                              on_disk=True)
             return emb, "pixel thumbnail PCA", FrameEncoder("pixel", basis)
         return (pretrained_embeddings(source, size=size, weights=path, progress=progress,
-                                      chunk_map=chunk_map),
+                                      chunk_map=chunk_map, on_disk=True),
                 "pretrained ResNet-18", FrameEncoder("pretrained", weights=path))
 
     # ---- proxies ----------------------------------------------------------------------
@@ -499,15 +510,21 @@ class TastiIndex:
         """`embeddings.npy` in `d`: left as it is when it holds them already (old rows never
         change), rows added by `extend` appended in place when it holds a prefix (and then
         memory-mapped again, so a grown index does not keep them in memory), else
-        rewritten."""
+        rewritten (a new build's by copying its RowFile, then mapped)."""
         target = (d / "embeddings.npy").resolve()
         saved = self._embeddings_rows if self._embeddings_file == target and target.is_file() else 0
         if saved == self.n_frames:
             return
-        if not saved or not _append_npy_rows(target, self.embeddings, saved):
+        if saved and _append_npy_rows(target, self.embeddings, saved):
+            if not isinstance(self.embeddings, np.memmap):  # grown in memory: map the file again
+                self.embeddings = np.load(target, mmap_mode="r")[:self.n_frames]
+        elif self._built_file is not None and len(self._built_file) == self.n_frames:
+            with atomic_path(target, ".npy") as tmp, open(tmp, "wb") as fh:
+                self._built_file.copy_to(fh)  # file to file: the rows never all in memory
+            self.embeddings = np.load(target, mmap_mode="r")
+        else:
             _atomic_save(target, np.asarray(self.embeddings, dtype=np.float32))
-        elif not isinstance(self.embeddings, np.memmap):  # grown in memory: map the file again
-            self.embeddings = np.load(target, mmap_mode="r")[:self.n_frames]
+        self._built_file = None
         self._embeddings_file, self._embeddings_rows = target, self.n_frames
 
     def _write_crack(self, d: Path, number: int) -> None:
