@@ -92,7 +92,6 @@ class LabelCache:
         # from each batch the oracle returns, and from the catalog for earlier labels
         self._counts: dict[tuple, np.ndarray] = {}
         self._cost = [0, 0.0]  # oracle frames and seconds not yet recorded in the catalog
-        self._commits = [0, 0.0]  # batches made durable by this cache and their seconds
 
     @property
     def labelled_frames(self) -> np.ndarray:
@@ -167,21 +166,13 @@ class LabelCache:
             todo = frames[~self._labelled[frames]]
             batch = max(1, int(self.oracle.batch_size))
             # frames labelled ahead are real oracle calls the query may not use: whole
-            # batches, but never more than twice what is asked now or MIN_AHEAD; for an
-            # oracle that labels frames faster than a commit takes, up to as many as it
-            # labels in a commit's time (the commit saved pays for them) and as `done`
-            least = max(MIN_AHEAD, min(self._frames_per_commit(), done))
+            # batches, but never more than twice what is asked now or MIN_AHEAD; for a
+            # nearly free oracle (a table), up to as many as `done`, so that batches grow
+            # geometrically. The rule depends on nothing measured: a query labels the same
+            # frames on every run and executor
+            least = max(MIN_AHEAD, done if self.oracle.nearly_free else 0)
             ahead = min(-(-needed // batch) * batch, max(least, 2 * now))
             self.ensure(todo[:max(needed, ahead)])
-
-    def _frames_per_commit(self) -> int:
-        """How many frames the oracle labels (measured, or at its stated cost) in the
-        measured time of one commit; 0 before either is known."""
-        calls, seconds = self.stats.oracle_calls, self.stats.oracle_seconds
-        commits, commit_seconds = self._commits
-        if not (calls and commits and seconds > 0):
-            return 0
-        return int(commit_seconds / commits / (seconds / calls))
 
     def _progress(self, desc: str, total: int | None) -> tqdm:
         """A bar on stderr, drawn only on a terminal (and when the cache shows progress)."""
@@ -229,9 +220,7 @@ class LabelCache:
             det = check_detections(found[0], ids, self.oracle)
         rows = pd.Index(ids).get_indexer(det["frame"].to_numpy())
         self._cost = [self._cost[0] + len(ids), self._cost[1] + t2 - t1]
-        t3 = time.perf_counter()
         self._commit(ids, det, np.bincount(rows, minlength=len(ids)), self._cost if last else None)
-        self._commits = [self._commits[0] + 1, self._commits[1] + time.perf_counter() - t3]
         if last:
             self._cost = [0, 0.0]
         labels, scores = det["label"].to_numpy(object), det["score"].to_numpy(np.float64)

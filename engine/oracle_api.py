@@ -43,6 +43,9 @@ class Oracle(ABC):
     needs_pixels: bool = True  # False: answers from frame numbers alone (LABELS oracle)
     batch_size: int = 8
     simulated_cost_ms: float | None = None  # a stated cost per frame instead of measured time
+    # True: labelling a frame costs next to nothing (a table lookup), so the label cache
+    # labels ahead freely to make fewer batches; a model's extra frames are real cost
+    nearly_free: bool = False
     sources: tuple[Path, ...] = ()  # files whose bytes the identity hashes (labels, weights, code)
 
     @abstractmethod

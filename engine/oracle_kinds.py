@@ -53,6 +53,7 @@ class LabelsOracle(Oracle):
         batch_size = BATCH_SIZE.check("option batch_size", batch_size)
         self._load(path)
         self.name, self.batch_size, self.simulated_cost_ms = name, batch_size, cost_ms
+        self.nearly_free = cost_ms is None  # a stated cost stands in for a model's
         self.identity = f"labels:{name}:{file_digest(path)}"
         self.sources = (Path(path),)
 

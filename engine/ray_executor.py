@@ -224,6 +224,7 @@ class RayOracle(Oracle):
         self.executor, self.inner, self.locate = executor, oracle, locate
         self.name, self.identity, self.sources = oracle.name, oracle.identity, oracle.sources
         self.batch_size, self.simulated_cost_ms = oracle.batch_size, oracle.simulated_cost_ms
+        self.nearly_free = oracle.nearly_free  # labels ahead as it would in the driver
         options = dict(entry[3] or {})
         self.num_gpus = float(NUM_GPUS.check("oracle option num_gpus", options.get("num_gpus", 0)))
         self.entry = (entry[0], entry[1], entry[2], options)
