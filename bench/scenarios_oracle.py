@@ -12,8 +12,6 @@ from .registry import BenchContext, ScenarioResult, scenario
 
 BATCH = 8
 THREADS = (1, 2, 0)  # onnxruntime intra-op threads; 0: its default
-SPINNING = (True, False)  # idle intra-op threads spin (onnxruntime's default) or sleep
-RAW_SETTINGS = [(threads, spin) for threads in THREADS for spin in SPINNING]
 ROUNDS = 2  # every path runs once per round, in turn; each keeps its fastest round
 
 
@@ -29,7 +27,7 @@ def _letterbox(frame: np.ndarray, out: np.ndarray) -> None:
     out[:, :resized.shape[0], :resized.shape[1]] = resized.transpose(2, 0, 1)[::-1]
 
 
-def raw_loop(model, clip, n: int, threads: int, spinning: bool) -> dict:
+def raw_loop(model, clip, n: int, threads: int) -> dict:
     """Decode frames 0..n-1 in order, letterbox and run the model (BATCH frames a call, or
     one when the model's batch is fixed at 1)."""
     import onnxruntime as ort
@@ -38,7 +36,6 @@ def raw_loop(model, clip, n: int, threads: int, spinning: bool) -> dict:
 
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
-    options.add_session_config_entry("session.intra_op.allow_spinning", str(int(spinning)))
     session = ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
     inp = session.get_inputs()[0]
     hw = (inp.shape[2], inp.shape[3])
@@ -101,12 +98,6 @@ def sampled_query(ctx: BenchContext, model, n: int, budget: int) -> dict:
             "outside_detector": 1 - report.oracle_seconds / wall}
 
 
-def _setting_words(setting: tuple) -> str:
-    threads, spinning = setting
-    return (f"raw loop, {threads or 'default'} threads, "
-            f"{'spinning' if spinning else 'sleeping'} when idle")
-
-
 def _rates(n: int, wall: float, cpu: float) -> dict:
     return {"frames": n, "seconds": wall, "fps": n / wall, "cpu_ms_per_frame": 1000 * cpu / n}
 
@@ -122,21 +113,20 @@ def oracle(ctx: BenchContext) -> ScenarioResult:
     raw, engine = {}, None
     fastest = lambda a, b: b if a is None or b["fps"] > a["fps"] else a  # noqa: E731
     for _ in range(1 if ctx.tiny else ROUNDS):  # side by side: a load spike hits every path
-        for setting in RAW_SETTINGS:
-            raw[setting] = fastest(raw.get(setting), raw_loop(model, clip, n, *setting))
+        for threads in THREADS:
+            raw[threads] = fastest(raw.get(threads), raw_loop(model, clip, n, threads))
         engine = fastest(engine, engine_scan(ctx, model, clip, n))
     sampled = sampled_query(ctx, model, ctx.size(200_000, 200_000, tiny=1500),
                             ctx.size(300, 600, tiny=16))
     best = max(raw, key=lambda t: raw[t]["fps"])
     ratio = engine["fps"] / raw[best]["fps"]
-    rows = [{"path": _setting_words(t), **raw[t]} for t in RAW_SETTINGS]
+    rows = [{"path": f"raw loop, {t or 'default'} threads", **raw[t]} for t in THREADS]
     rows.append({"path": "vidql exact scan", **{k: engine[k] for k in rows[0] if k != "path"}})
-    figures = {"raw": {_setting_words(t): raw[t] for t in RAW_SETTINGS},
-               "best_raw": _setting_words(best),
+    figures = {"raw": {str(t): raw[t] for t in THREADS}, "best_raw_threads": best,
                "engine": engine, "engine_over_best_raw": ratio, "sampled_query": sampled}
     return ScenarioResult(figures=figures, table=rows, notes=[
         f"vidql's exact scan runs at {ratio:.2f} of the best raw loop "
-        f"({_setting_words(best)}), target >= 0.85",
+        f"({best or 'default'} onnxruntime threads), target >= 0.85",
         f"each path ran {1 if ctx.tiny else ROUNDS} times, in turn; its fastest run is shown",
         f"ORACLE BUDGET {sampled['oracle_calls']} aggregate over {sampled['frames']} traffic "
         f"frames (no index): {sampled['seconds']:.2f} s, of which "

@@ -18,17 +18,6 @@ NMS_IOU = Bounds(0.0, 1.0)  # IoU above which class-wise NMS drops the weaker bo
 THREAD_TRIALS = 3  # timed runs per intra-op thread setting when choosing one
 
 
-def session_options(threads: int):
-    """onnxruntime options: `threads` intra-op threads (0: its default), which sleep when
-    idle instead of spinning, as frames are decoded on the same cores meanwhile."""
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    return options
-
-
 def _class_wise_nms(boxes: np.ndarray, scores: np.ndarray, classes: np.ndarray,
                     iou: float) -> np.ndarray:
     """Indices kept by per-class non-maximum suppression (torchvision's batched NMS)."""
@@ -76,8 +65,7 @@ class OnnxDetector(Oracle):
         providers = [p for p in ("CUDAExecutionProvider", "CPUExecutionProvider")
                      if p in ort.get_available_providers()]
         try:
-            self.session = ort.InferenceSession(str(path), session_options(0),
-                                                providers=providers)
+            self.session = ort.InferenceSession(str(path), providers=providers)
         except Exception as exc:
             raise OracleError(f"cannot load ONNX model '{path}': {exc}") from None
         self.path, self.providers = path, providers
@@ -165,7 +153,9 @@ class OnnxDetector(Oracle):
 
         sessions = {0: self.session}
         for threads in sorted({1, os.cpu_count() or 1}):
-            sessions[threads] = ort.InferenceSession(str(self.path), session_options(threads),
+            options = ort.SessionOptions()
+            options.intra_op_num_threads = threads
+            sessions[threads] = ort.InferenceSession(str(self.path), options,
                                                      providers=self.providers)
         timings = {threads: [] for threads in sessions}
         for trial in range(THREAD_TRIALS + 1):  # the first run of each is a warm-up
