@@ -12,7 +12,7 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 import pandas as pd
@@ -22,15 +22,14 @@ from vidql.files import atomic_path
 from vidql.errors import ParameterError, VidqlError
 from vidql.detections import DETECTION_COLUMNS, empty_detections, missing_columns, with_dtypes
 
-from .embedders import (embed_source, find_pretrained_weights, fit_pixel_embeddings,
-                        network_embedder, pretrained_embeddings, source_length)
-from .encoder import FrameEncoder
 from .fpf import farthest_point_first, random_representatives
 from .neighbours import merge_nearest, nearest
-from .network import CompactCNN, cpu_threads, fastest_threads, release_free_memory
 from .propagate import DEFAULT_EPS, propagate
 from .rowfile import RowFile
-from .triplet import label_closeness, train_triplet_network
+# torch loads only to build, extend or encode (the functions below import it): a query
+# that reads an index's proxies needs FAISS and numpy alone
+if TYPE_CHECKING:
+    from .encoder import FrameEncoder
 
 FORMAT_VERSION = 1
 MAX_CRACK_FILES = 64  # then the next save rewrites every file (and folds the cracks in)
@@ -125,6 +124,8 @@ def _train_network(source, labels: pd.DataFrame, frames: np.ndarray, cfg: dict,
                    progress: bool):
     """Triplet CNN trained on labelled `frames` (pixels read at cfg's size) and its
     figures; (None, figures) when the labels are all alike, so no triplet exists."""
+    from .triplet import label_closeness, train_triplet_network
+
     counts, close = label_closeness(labels, frames, box_tol=cfg["box_tol"])
     if len(frames) < 2 or close.all():
         return None, {"triplets": 0}
@@ -219,6 +220,9 @@ class TastiIndex:
         each embedding is written to a temporary file as it is made (a RowFile), which FPF
         and k-NN read a block at a time; the index maps it (and `save` copies it).
         """
+        from .embedders import source_length
+        from .network import CompactCNN, cpu_threads, fastest_threads
+
         n_frames = source_length(source)
         config = check_options(n_frames, train=train, reps=reps, k=k, seed=seed,
                                embedder=embedder, dim=dim, triplets=triplets)
@@ -236,6 +240,10 @@ class TastiIndex:
     @classmethod
     def _build(cls, source, label_fn, cfg, progress, identity, weights, eps,
                chunk_map=None) -> "TastiIndex":
+        from .embedders import embed_source, network_embedder
+        from .encoder import FrameEncoder
+        from .network import release_free_memory
+
         seconds: dict[str, float] = {}
         clock = [time.perf_counter()]
 
@@ -295,6 +303,9 @@ class TastiIndex:
                          ) -> tuple[RowFile, FrameEncoder, dict]:
         """(embedding on disk, its encoder, stats naming it): the final embedding for
         'pretrained' and 'pixel', the mining embedding for 'triplet'."""
+        from .embedders import find_pretrained_weights, fit_pixel_embeddings, pretrained_embeddings
+        from .encoder import FrameEncoder
+
         size = tuple(cfg["size"])
         if cfg["embedder"] == "pretrained":
             emb = pretrained_embeddings(source, size=size, weights=weights, progress=progress,
@@ -314,6 +325,9 @@ class TastiIndex:
                           ) -> tuple[RowFile, str, FrameEncoder]:
         """Pretrained ResNet-18 features when local weights exist, else the pixel embedding
         (with its name and encoder)."""
+        from .embedders import find_pretrained_weights, fit_pixel_embeddings, pretrained_embeddings
+        from .encoder import FrameEncoder
+
         size = tuple(cfg["size"])
         try:
             path = find_pretrained_weights(weights)
@@ -398,6 +412,9 @@ class TastiIndex:
         A clip unlike the training frames (another street) embeds less well with a network
         that never saw it: more `reps` make up for part of that, REFRESH INDEX (a rebuild)
         for all of it."""
+        from .embedders import source_length
+        from .network import cpu_threads
+
         old_n, new_n = self.n_frames, source_length(source)
         if new_n < old_n:
             raise ParameterError(f"the frame source has {new_n} frames, fewer than the {old_n} "
@@ -453,6 +470,8 @@ class TastiIndex:
 
     def load_encoder(self) -> FrameEncoder:
         """The encoder that embedded the frames (read from the saved index on first use)."""
+        from .encoder import FrameEncoder
+
         if self.encoder is None:
             self.encoder = FrameEncoder.load(self.directory, self._encoder_meta)
         return self.encoder

@@ -48,3 +48,15 @@ def test_cached_onnx_query_loads_no_torch(counter_clip, tmp_path):
         assert db.sql(query).report.oracle_calls == 4
     # the model itself is checked when the oracle is built, so onnxruntime loads
     assert _loaded(tmp_path / "onnx.db", query) == [[], ["onnxruntime"]]
+
+
+def test_queries_over_an_index_load_no_torch(traffic_db):
+    """Reading an index's proxies (and cracking it with new labels) needs FAISS, not torch:
+    only building, extending or encoding with an index loads torch."""
+    with vidql.connect(traffic_db, progress=False) as db:
+        db.sql("CREATE INDEX ti ON t USING TASTI WITH (embedder = 'pixel', reps = 30, seed = 1)")
+    aggregate = "SELECT AVG(objects('car')) FROM t ERROR WITHIN 0.5 SEED 1"
+    limit = "SELECT frame FROM t WHERE objects('car') >= 3 LIMIT 2 SEED 1"
+    loaded = _loaded(traffic_db, aggregate, limit)
+    assert all("torch" not in step and "torchvision" not in step for step in loaded), loaded
+    assert "faiss" in loaded[-1]

@@ -10,6 +10,7 @@ from scipy.stats import spearmanr
 from test_index_source import CountingOracle
 
 import vidql.indexes.tasti as tasti
+import vidql.indexes.triplet as triplet
 from vidql.datasets import ensure_traffic, read_labels
 from vidql.engine.framestat import evaluate, frame_statistic
 from vidql.errors import ParameterError, VidqlError
@@ -203,7 +204,7 @@ def test_triplet_network_is_saved_and_embeds_the_new_clip_without_retraining(tmp
     def no_training(*args, **kwargs):
         raise AssertionError("extend retrained the network")
 
-    monkeypatch.setattr(tasti, "train_triplet_network", no_training)
+    monkeypatch.setattr(triplet, "train_triplet_network", no_training)
     both = ConcatSource([a, b])
     for grown in (index, loaded):
         grown.extend(both, CountingOracle(labels), progress=False)
