@@ -9,6 +9,10 @@ import numpy as np
 
 from vidql.errors import ParameterError, VidqlError
 
+# decoded frames the embedding passes may hold ahead: a quarter of the pipeline's default,
+# enough to keep the embedder fed, so an index build's memory stays flat
+LOWRES_BUDGET = 128 << 20
+
 
 class LowResSource:
     """A frame source (n_frames, read, iter_batches, proxy_size) over one clip for low-res
@@ -51,7 +55,7 @@ class LowResSource:
         stop = self.n_frames if stop is None else stop
         frames = None if (start, stop) == (0, self.n_frames) else np.arange(start, stop)
         with closing(frame_batches(self.rendition or self.info, size=size, batch_size=batch_size,
-                                   frames=frames)) as batches:
+                                   frames=frames, memory_budget=LOWRES_BUDGET)) as batches:
             yield from batches
 
 
