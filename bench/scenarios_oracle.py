@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import shutil
 import time
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -54,16 +55,7 @@ def raw_loop(model, clip, n: int, threads: int) -> dict:
 def engine_scan(ctx: BenchContext, model, clip, n: int) -> dict:
     """The exact query `objects('car')` over frames 0..n-1 with an ONNX oracle, nothing of
     them cached; the model is loaded before (on the video's last frame) as the raw loop's is."""
-    import vidql
-
-    path = ctx.out_dir / "oracle-bench.db"
-    for stale in (path, path.with_name(path.name + ".wal")):
-        stale.unlink(missing_ok=True)
-    with vidql.connect(path, progress=False) as db:
-        db.sql(f"LOAD VIDEO '{clip}' AS clip; CREATE ORACLE y FROM ONNX '{model}' "
-               f"WITH (score = 0.3, batch_size = {BATCH}); SET ORACLE clip = y")
-        last = db.catalog.video_info("clip").frame_count - 1
-        db.sql(f"SELECT objects('car') FROM clip WHERE frame = {last}")  # loads the model
+    with _onnx_database(ctx.out_dir / "oracle-bench.db", clip, model) as db:
         wall, cpu = time.perf_counter(), time.process_time()
         db.sql(f"SELECT sum(objects('car')) FROM clip WHERE frame < {n}").df()
         out = _rates(n, time.perf_counter() - wall, time.process_time() - cpu)
@@ -75,27 +67,38 @@ def sampled_query(ctx: BenchContext, model, n: int, budget: int) -> dict:
     """An ORACLE BUDGET aggregate (frames sampled across the video, no index) over `n`
     frames of synthetic traffic with the ONNX oracle: wall seconds against the detector's
     own (letterbox, inference, NMS); the model is loaded before, as in `engine_scan`."""
-    import vidql
     from vidql.datasets import ensure_traffic
 
     video, _ = ensure_traffic(ctx.cache_dir, n, seed=1)
-    path = ctx.out_dir / "oracle-sampled.db"
-    for stale in (path, path.with_name(path.name + ".wal")):
-        stale.unlink(missing_ok=True)
-    with vidql.connect(path, progress=False) as db:
-        db.sql(f"LOAD VIDEO '{video}' AS traffic; CREATE ORACLE y FROM ONNX '{model}' "
-               f"WITH (score = 0.3, batch_size = {BATCH}); SET ORACLE traffic = y")
-        db.sql(f"SELECT objects('car') FROM traffic WHERE frame = {n - 1}")  # loads the model
+    with _onnx_database(ctx.out_dir / "oracle-sampled.db", video, model) as db:
         importlib.import_module("vidql.queries")  # as a long-lived process has it (scipy)
         t0 = time.perf_counter()
-        db.sql(f"SELECT AVG(objects('car')) FROM traffic ORACLE BUDGET {budget} SEED {ctx.seed}")
+        db.sql(f"SELECT AVG(objects('car')) FROM clip ORACLE BUDGET {budget} SEED {ctx.seed}")
         wall = time.perf_counter() - t0
         report = db.last_report
-    shutil.rmtree(path.with_name(path.name + ".artifacts"), ignore_errors=True)
-    path.unlink(missing_ok=True)
     return {"frames": n, "oracle_calls": int(report.oracle_calls), "seconds": wall,
             "detector_seconds": report.oracle_seconds,
             "outside_detector": 1 - report.oracle_seconds / wall}
+
+
+@contextmanager
+def _onnx_database(path, video, model):
+    """A fresh database at `path` (removed after) with `video` as table `clip`, labelled by
+    YOLOX-Nano, the model loaded (on the video's last frame)."""
+    import vidql
+
+    for stale in (path, path.with_name(path.name + ".wal")):
+        stale.unlink(missing_ok=True)
+    try:
+        with vidql.connect(path, progress=False) as db:
+            db.sql(f"LOAD VIDEO '{video}' AS clip; CREATE ORACLE y FROM ONNX '{model}' "
+                   f"WITH (score = 0.3, batch_size = {BATCH}); SET ORACLE clip = y")
+            last = db.catalog.video_info("clip").frame_count - 1
+            db.sql(f"SELECT objects('car') FROM clip WHERE frame = {last}")
+            yield db
+    finally:
+        shutil.rmtree(path.with_name(path.name + ".artifacts"), ignore_errors=True)
+        path.unlink(missing_ok=True)
 
 
 def _rates(n: int, wall: float, cpu: float) -> dict:

@@ -119,3 +119,39 @@ def traffic_db(small_traffic, tmp_path) -> Path:
         db.sql(f"LOAD VIDEO '{video}' AS t; CREATE ORACLE truth FROM LABELS '{labels}' "
                "WITH (cost_ms = 40); SET ORACLE t = truth")
     return path
+
+
+BLOCKING_CHILD = """
+import sys, numpy as np, vidql
+sys.path.insert(0, {moddir!r})
+db = vidql.connect({db!r}, progress=False)
+db.load_video({clip!r}, "clip")
+db.create_oracle("bright", "PYTHON", "vq_test_oracle:BrightnessOracle")
+db.set_oracle("clip", "bright")
+{action}
+print("finished")
+"""
+
+
+def kill_when_blocked(oracle_dir, db, clip, action: str, block_after: int) -> None:
+    """In a child Python, load `clip` into database `db` with oracle `vq_test_oracle` (from
+    `oracle_dir`) and run `action`; its oracle blocks in call `block_after` + 1 (saying
+    "blocked"), and the child is SIGKILLed there."""
+    import os
+    import signal
+    import subprocess
+
+    script = BLOCKING_CHILD.format(moddir=str(oracle_dir), db=str(db), clip=str(clip),
+                                   action=action)
+    child = subprocess.Popen([sys.executable, "-c", script],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True,
+                             env=dict(os.environ, VQ_BLOCK_AFTER=str(block_after)))
+    try:
+        line = child.stdout.readline()  # returns once the oracle blocks, or "" if the child ended
+        if line.strip() != "blocked":
+            pytest.fail(f"the child did not block in the oracle: {line!r} {child.communicate()[1]}")
+        os.kill(child.pid, signal.SIGKILL)
+    finally:
+        child.kill()
+        child.communicate()

@@ -1,18 +1,14 @@
 """The label journal: batches durable before use, merged once per query, replayed after a kill."""
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
-import textwrap
 import zlib
 
 import numpy as np
-import pytest
 
 import vidql
 from vidql.engine.labeljournal import HEAD, MAGIC, read_records
+
+from conftest import kill_when_blocked
 
 
 def _labelled(db) -> int:
@@ -84,37 +80,14 @@ def _record(batch) -> bytes:
     return HEAD.pack(MAGIC, len(payload), zlib.crc32(payload)) + payload
 
 
-CHILD = """
-import sys, vidql
-sys.path.insert(0, {moddir!r})
-db = vidql.connect({db!r}, progress=False)
-db.load_video({clip!r}, "clip")
-db.create_oracle("bright", "PYTHON", "vq_test_oracle:BrightnessOracle")
-db.set_oracle("clip", "bright")
-db.sql("SELECT sum(objects('car')) FROM clip")
-print("finished")
-"""
-
-
 def test_sigkill_during_a_query_keeps_its_journalled_batches(counter_clip, oracle_module,
                                                              tmp_path):
     """An exact query's oracle blocks in its fifth call; killed there, the four batches
     before it (in the journal only) are in the catalog once the database is reopened, and
     the query then labels only the rest."""
     db_path, block_after = tmp_path / "db.vidql", 4
-    script = CHILD.format(moddir=str(tmp_path), db=str(db_path), clip=str(counter_clip))
-    child = subprocess.Popen([sys.executable, "-c", textwrap.dedent(script)],
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True,
-                             env=dict(os.environ, VQ_BLOCK_AFTER=str(block_after)))
-    try:
-        line = child.stdout.readline()
-        if line.strip() != "blocked":
-            pytest.fail(f"the child did not block in the oracle: {line!r} {child.communicate()[1]}")
-        os.kill(child.pid, signal.SIGKILL)
-    finally:
-        child.kill()
-        child.communicate()
+    kill_when_blocked(tmp_path, db_path, counter_clip,
+                      """db.sql("SELECT sum(objects('car')) FROM clip")""", block_after)
     with vidql.connect(db_path, progress=False) as db:
         batch = db.labels("clip").oracle.batch_size
         assert _labelled(db) == block_after * batch < 120

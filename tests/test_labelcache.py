@@ -1,17 +1,14 @@
 """The durable label cache: never twice, zero-detection frames, crashes and SIGKILL."""
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
-import textwrap
 
 import numpy as np
 import pytest
 
 import vidql
 from vidql.errors import OracleError
+
+from conftest import kill_when_blocked
 
 
 def _db_with_oracle(path, clip, **options):
@@ -56,34 +53,12 @@ def test_oracle_failure_keeps_finished_batches(counter_clip, oracle_module, tmp_
         assert sum(oracle_module.CALLS) == 100 - 2 * batch == cache.stats.oracle_calls
 
 
-CHILD = """
-import sys, numpy as np, vidql
-sys.path.insert(0, {moddir!r})
-db = vidql.connect({db!r}, progress=False)
-db.load_video({clip!r}, "clip")
-db.create_oracle("bright", "PYTHON", "vq_test_oracle:BrightnessOracle")
-db.set_oracle("clip", "bright")
-db.labels("clip").ensure(np.arange(120))
-print("finished")
-"""
-
-
 def test_sigkill_midway_keeps_committed_batches(counter_clip, oracle_module, tmp_path):
     """The child's oracle blocks in its fifth call; killed there, the four batches before it
     are in the database, and a reopened database labels only the rest."""
     db_path, block_after = tmp_path / "db.vidql", 4
-    script = CHILD.format(moddir=str(tmp_path), db=str(db_path), clip=str(counter_clip))
-    child = subprocess.Popen([sys.executable, "-c", textwrap.dedent(script)], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             env=dict(os.environ, VQ_BLOCK_AFTER=str(block_after)))
-    try:
-        line = child.stdout.readline()  # returns once the oracle blocks, or "" if the child ended
-        if line.strip() != "blocked":
-            pytest.fail(f"the child did not block in the oracle: {line!r} {child.communicate()[1]}")
-        os.kill(child.pid, signal.SIGKILL)
-    finally:
-        child.kill()
-        child.communicate()
+    kill_when_blocked(tmp_path, db_path, counter_clip, 'db.labels("clip").ensure(np.arange(120))',
+                      block_after)
     with vidql.connect(db_path, progress=False) as db:  # opens cleanly after the kill
         done = db.con.execute("SELECT count(*) FROM vidql.labelled").fetchall()[0][0]
         batch = db.labels("clip").oracle.batch_size
