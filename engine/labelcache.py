@@ -106,8 +106,10 @@ class LabelCache:
         return frames
 
     def ensure(self, frames, desc: str | None = None) -> None:
-        """Label every frame of `frames` not yet cached, batch by batch, each batch committed
-        before the next starts. An oracle failure keeps finished batches and is re-raised."""
+        """Label every frame of `frames` not yet cached, batch by batch, each batch durable
+        (in the journal) before the next starts, and merged into the catalog tables when it
+        returns unless a query is running. An oracle failure keeps finished batches and is
+        re-raised."""
         frames = self._check_range(frames)
         unique = np.unique(frames)
         todo = unique[~self._labelled[unique]]
@@ -126,7 +128,7 @@ class LabelCache:
             stream = getattr(self.oracle, "detect_stream", None)  # batches in flight at once
             if stream is not None:
                 done = 0
-                for ids, det, seconds in stream(todo, batch):  # committed as each finishes
+                for ids, det, seconds in stream(todo, batch):  # made durable as each finishes
                     done += len(ids)
                     self._label_batch(ids, None, 0.0, last=done >= len(todo), found=(det, seconds))
                     bar.update(len(ids))
@@ -192,9 +194,9 @@ class LabelCache:
     def _label_batch(self, ids: np.ndarray, pixels: np.ndarray | None, wait: float,
                      last: bool = True, found: tuple | None = None) -> None:
         """Run the oracle on one batch (or take its `found` (detections, seconds) from the
-        oracle's `detect_stream`) and commit its labels before anything uses them; the
-        oracle's measured cost is recorded with the last batch of a call (one statement
-        fewer per batch; a killed call keeps its labels, not that estimate)."""
+        oracle's `detect_stream`) and make its labels durable before anything uses them; the
+        oracle's measured cost is recorded with the last batch of a call (a killed call
+        keeps its labels, not that estimate)."""
         t1 = time.perf_counter()
         ordinal, local = self.clip_map.split(ids)
         if ordinal[0] != ordinal[-1]:
@@ -220,7 +222,7 @@ class LabelCache:
             det = check_detections(found[0], ids, self.oracle)
         rows = pd.Index(ids).get_indexer(det["frame"].to_numpy())
         self._cost = [self._cost[0] + len(ids), self._cost[1] + t2 - t1]
-        self._commit(ids, det, np.bincount(rows, minlength=len(ids)), self._cost if last else None)
+        self._journal(ids, det, np.bincount(rows, minlength=len(ids)), self._cost if last else None)
         if last:
             self._cost = [0, 0.0]
         labels, scores = det["label"].to_numpy(object), det["score"].to_numpy(np.float64)
@@ -232,7 +234,7 @@ class LabelCache:
         cost = self.oracle.simulated_cost_ms
         self.stats.oracle_seconds += (t2 - t1) if cost is None else cost * len(ids) / 1000
 
-    def _commit(self, ids: np.ndarray, det: pd.DataFrame, counts: np.ndarray,
+    def _journal(self, ids: np.ndarray, det: pd.DataFrame, counts: np.ndarray,
                 cost: list | None) -> None:
         """Make one batch durable in the journal: its detections, its frames (with their
         detection counts) and, when given, the oracle's cost [frames, seconds] since it was

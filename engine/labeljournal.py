@@ -83,22 +83,21 @@ class LabelBatch:
 class LabelJournal:
     """The journal file of one catalog and the batches appended since the last merge."""
 
-    def __init__(self, path: Path | None):
-        self.path = None if path is None else Path(path)
+    def __init__(self, path: Path):
+        self.path = Path(path)
         self.pending: list[LabelBatch] = []
-        self.depth = 0  # open `deferred` scopes: merge when the outermost ends
+        self.depth = 0  # open `Catalog.labelling` scopes: merged when the outermost ends
         self._file = None
         self._pending_frames = self._pending_rows = 0
 
     def append(self, batch: LabelBatch) -> None:
         """Make `batch` durable (written and fsynced) and keep it for the next merge."""
-        if self.path is not None:
-            payload = batch.encode()
-            if self._file is None:
-                self._file = open(self.path, "ab")
-            self._file.write(HEAD.pack(MAGIC, len(payload), zlib.crc32(payload)) + payload)
-            self._file.flush()
-            os.fsync(self._file.fileno())
+        payload = batch.encode()
+        if self._file is None:
+            self._file = open(self.path, "ab")
+        self._file.write(HEAD.pack(MAGIC, len(payload), zlib.crc32(payload)) + payload)
+        self._file.flush()
+        os.fsync(self._file.fileno())
         self.pending.append(batch)
         self._pending_frames += len(batch.frames)
         self._pending_rows += len(batch.detections)
@@ -118,8 +117,7 @@ class LabelJournal:
         self.truncate()
 
     def truncate(self) -> None:
-        if self.path is None:
-            return
+        """Empty the journal file (durably)."""
         if self._file is not None:
             self._file.close()
             self._file = None
@@ -131,7 +129,7 @@ class LabelJournal:
     def replay(self, con: duckdb.DuckDBPyConnection) -> int:
         """Merge what a killed process left in the journal (batches the catalog does not hold
         yet); returns the number of frames recovered."""
-        if self.path is None or not self.path.exists() or not self.path.stat().st_size:
+        if not self.path.exists() or not self.path.stat().st_size:
             return 0
         batches = read_records(self.path.read_bytes())
         fresh = [b for b in batches if len(b.frames) and not _recorded(con, b)]
