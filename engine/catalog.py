@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from contextlib import closing, contextmanager
+from contextlib import closing
 import os
 import pickle
 import re
@@ -119,28 +119,21 @@ class Catalog:
         self._caches: dict[tuple[str, str], LabelCache] = {}
         self._infos: dict[str, object] = {}
         self.executor = None  # a RayExecutor (engine.ray_executor) when not local
-        self.journal = LabelJournal(self.artifacts / "labels.journal")
+        self.journal = LabelJournal(self.artifacts / "labels.journal", con)
         if not read_only:  # a read-only file has its catalog tables (or is no vidql database)
             con.execute(CATALOG_SQL)
             upgrade_catalog(self)
-            self.journal.replay(con)  # batches a killed process made durable but never merged
+            self.journal.replay()  # batches a killed process made durable but never merged
 
-    @contextmanager
     def labelling(self):
         """A query or index build: label batches stay in the journal (durable, cheap) and are
         merged into the catalog tables once, when the outermost such scope ends."""
-        self.journal.depth += 1
-        try:
-            yield
-        finally:
-            self.journal.depth -= 1
-            if self.journal.depth == 0:
-                self.flush_labels()
+        return self.journal.deferred()
 
     def flush_labels(self) -> None:
         """Merge the journal's pending label batches into the catalog tables (before SQL
         reads them)."""
-        self.journal.flush(self.con)
+        self.journal.flush()
 
     def close(self) -> None:
         """Merge pending labels, stop Ray oracle actors and close the connection."""

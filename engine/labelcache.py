@@ -153,8 +153,8 @@ class LabelCache:
             self._cost = [0, 0.0]
             if own:
                 bar.close()
-            if self.journal.depth == 0:  # no query running: into the catalog tables now
-                self.journal.flush(self.con)
+            if not self.journal.deferring:  # no query running: into the catalog tables now
+                self.journal.flush()
 
     def label_ahead(self, frames, now: int, done: int = 0) -> None:
         """An operator asks for `frames[:now]` now and for the rest of `frames` next, in
@@ -245,7 +245,7 @@ class LabelCache:
                                        self.clip_map.names[ordinal], ids - first, counts,
                                        det.assign(frame=det["frame"] - first), cost))
         if self.journal.full:
-            self.journal.flush(self.con)
+            self.journal.flush()
 
     def detections(self, frames=None) -> pd.DataFrame:
         """Cached detections (DETECTION_COLUMNS) of `frames` (all labelled frames if None),
@@ -255,7 +255,7 @@ class LabelCache:
         else:
             frames = self._check_range(frames)
             self.ensure(frames)
-        self.journal.flush(self.con)  # read where the labels live
+        self.journal.flush()  # read where the labels live
         with self._wanted(np.unique(frames)):
             return self.con.execute(
                 f"SELECT w.position AS frame, {', '.join('l.' + c for c in DETECTION_COLUMNS[1:])}"

@@ -4,7 +4,7 @@ Each batch the oracle returns is appended to `labels.journal` in the artifacts f
 fsynced before anything uses it (about 0.2 ms here, against 3-8 ms for a DuckDB commit).
 Batches gather in memory and are merged into the catalog tables (`vidql.labels`,
 `vidql.labelled`, `vidql.oracle_costs`) in one transaction by `flush`: at the end of each
-query or index build (`Catalog.labelling`), before anything reads those tables, and when
+query or index build (`deferred`, through `Catalog.labelling`), before anything reads those tables, and when
 many are pending. Opening a database read-write replays what a killed process left in the
 journal (`replay`); a record torn by the kill is cut off (its batch was never used), and a
 batch whose frames the catalog already holds (merged before the kill truncated the journal)
@@ -19,6 +19,7 @@ import json
 import os
 import struct
 import zlib
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -81,14 +82,32 @@ class LabelBatch:
 
 
 class LabelJournal:
-    """The journal file of one catalog and the batches appended since the last merge."""
+    """The journal file of one catalog (connection `con`) and the batches appended since
+    they were last merged into its tables."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, con: duckdb.DuckDBPyConnection):
         self.path = Path(path)
+        self.con = con
         self.pending: list[LabelBatch] = []
-        self.depth = 0  # open `Catalog.labelling` scopes: merged when the outermost ends
+        self._depth = 0  # open `deferred` scopes: merged when the outermost ends
         self._file = None
         self._pending_frames = self._pending_rows = 0
+
+    @contextmanager
+    def deferred(self):
+        """Inside (a query or an index build), batches wait here, durable, and are merged
+        once, when the outermost such scope ends."""
+        self._depth += 1
+        try:
+            yield
+        finally:
+            self._depth -= 1
+            if not self._depth:
+                self.flush()
+
+    @property
+    def deferring(self) -> bool:
+        return self._depth > 0
 
     def append(self, batch: LabelBatch) -> None:
         """Make `batch` durable (written and fsynced) and keep it for the next merge."""
@@ -107,12 +126,12 @@ class LabelJournal:
         """Whether so many batches wait that they should be merged now."""
         return self._pending_frames >= FLUSH_FRAMES or self._pending_rows >= FLUSH_ROWS
 
-    def flush(self, con: duckdb.DuckDBPyConnection) -> None:
+    def flush(self) -> None:
         """Merge the pending batches into the catalog tables in one transaction, then empty
         the journal."""
         if not self.pending:
             return
-        merge(con, self.pending)
+        merge(self.con, self.pending)
         self.pending, self._pending_frames, self._pending_rows = [], 0, 0
         self.truncate()
 
@@ -126,15 +145,15 @@ class LabelJournal:
                 fh.truncate(0)
                 os.fsync(fh.fileno())
 
-    def replay(self, con: duckdb.DuckDBPyConnection) -> int:
+    def replay(self) -> int:
         """Merge what a killed process left in the journal (batches the catalog does not hold
         yet); returns the number of frames recovered."""
         if not self.path.exists() or not self.path.stat().st_size:
             return 0
         batches = read_records(self.path.read_bytes())
-        fresh = [b for b in batches if len(b.frames) and not _recorded(con, b)]
+        fresh = [b for b in batches if len(b.frames) and not _recorded(self.con, b)]
         if fresh:
-            merge(con, fresh)
+            merge(self.con, fresh)
         self.truncate()
         return sum(len(b.frames) for b in fresh)
 
