@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from contextlib import closing
+from contextlib import closing, contextmanager
 import os
 import pickle
 import re
@@ -118,6 +118,7 @@ class Catalog:
         self._oracles: dict[str, tuple[Oracle, tuple]] = {}  # name -> (oracle, source stats)
         self._caches: dict[tuple[str, str], LabelCache] = {}
         self._infos: dict[str, object] = {}
+        self._video_rows: dict[str, dict] | None = None  # within a query: rows read so far
         self.executor = None  # a RayExecutor (engine.ray_executor) when not local
         self.journal = LabelJournal(self.artifacts / "labels.journal", con)
         if not read_only:  # a read-only file has its catalog tables (or is no vidql database)
@@ -125,14 +126,22 @@ class Catalog:
             upgrade_catalog(self)
             self.journal.replay()  # batches a killed process made durable but never merged
 
-    def labelling(self):
-        """A query or index build: label batches stay in the journal (durable, cheap) and are
-        merged into the catalog tables once, when the outermost such scope ends."""
-        return self.journal.deferred()
+    @contextmanager
+    def statement(self):
+        """One statement (a query or an index build): the video rows it reads are read
+        once (a catalog change inside reads them afresh)."""
+        outer = self._video_rows is None
+        if outer:
+            self._video_rows = {}
+        try:
+            yield
+        finally:
+            if outer:
+                self._video_rows = None
 
     def flush_labels(self) -> None:
-        """Merge the journal's pending label batches into the catalog tables (before SQL
-        reads them)."""
+        """Merge the label batches waiting in the journal into the catalog tables: before
+        anything reads or changes those tables (they wait there, durable, across queries)."""
         self.journal.flush()
 
     def close(self) -> None:
@@ -146,6 +155,11 @@ class Catalog:
 
     # ---- transactions -------------------------------------------------------------
     def run_atomically(self, statements: list[tuple[str, list]]) -> None:
+        """Run `statements` in one transaction, after merging pending labels (a dropped
+        video's, say, must not be merged after the drop)."""
+        self.flush_labels()
+        if self._video_rows is not None:
+            self._video_rows.clear()
         self.con.execute("BEGIN TRANSACTION")
         try:
             for sql, params in statements:
@@ -160,12 +174,18 @@ class Catalog:
         return [r[0] for r in self.con.execute("SELECT name FROM vidql.videos ORDER BY name").fetchall()]
 
     def video_row(self, name: str) -> dict:
+        memo = self._video_rows
+        if memo is not None and name.lower() in memo:
+            return dict(memo[name.lower()])
         cur = self.con.execute("SELECT * FROM vidql.videos WHERE lower(name) = lower(?)", [name])
         rows = cur.fetchall()
         if not rows:
             known = ", ".join(self.video_names()) or "none loaded yet"
             raise CatalogError(f"unknown video {name!r}; videos: {known}")
-        return {col[0]: value for col, value in zip(cur.description, rows[0], strict=True)}
+        row = {col[0]: value for col, value in zip(cur.description, rows[0], strict=True)}
+        if memo is not None:
+            memo[name.lower()] = dict(row)
+        return row
 
     def video_dir(self, name: str) -> Path:
         return self.artifacts / "videos" / name
@@ -650,6 +670,7 @@ class Catalog:
 
     def measured_ms_per_frame(self, identity: str) -> float | None:
         """The oracle's measured milliseconds per frame over every batch it has labelled."""
+        self.flush_labels()
         rows = self.con.execute("SELECT frames, seconds FROM vidql.oracle_costs WHERE oracle = ?",
                                 [identity]).fetchall()
         return 1000 * rows[0][1] / rows[0][0] if rows and rows[0][0] else None

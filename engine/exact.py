@@ -46,11 +46,12 @@ def run_exact(catalog: Catalog, sql: str, videos: list[str],
             stats.cache_hits += delta.cache_hits
             stats.oracle_seconds += delta.oracle_seconds
             stats.decode_seconds += delta.decode_seconds
-            catalog.flush_labels()  # the query reads the labels from the catalog tables
+            catalog.flush_labels()  # the shadow table reads the labels from the catalog tables
             variables.append(catalog.oracle_variable(video))
             catalog.con.execute(f"SET VARIABLE {quote_name(variables[-1])} = ?", [cache.oracle.identity])
             if expr.functions:
                 shadows.append(_shadow_video(catalog, video, cache.oracle.identity, expr.functions))
+        catalog.flush_labels()  # a query may name vidql.labels itself
         try:
             rel = catalog.con.sql(expr.sql)
         except duckdb.Error as exc:

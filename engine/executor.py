@@ -191,6 +191,7 @@ def execute(db, stmt):
 
 
 def _plain(db, sql: str) -> Result | None:
+    db.catalog.flush_labels()  # the statement may read vidql.labels
     try:
         rel = db.catalog.con.sql(sql)
         return None if rel is None else Result.of(db.catalog.con, rel)
@@ -203,7 +204,7 @@ def run_query(db, q: Query) -> Result | None:
     from .explain import explain
     from .planner import run_approximate
 
-    with db.catalog.labelling():  # the query's labels merged once, when it ends
+    with db.catalog.statement():
         if q.explain:
             result = explain(db, q)
         elif q.kind == "exact":

@@ -67,7 +67,7 @@ class IndexStore:
                threads: int | None = None):
         """(index, options to store, oracle identity): a TASTI index over every frame of
         `video` built with checked `options`, labelled by `oracle` (cached labels reused)."""
-        with self.catalog.labelling():  # the build's labels merged once, when it ends
+        with self.catalog.statement():
             return self._build_labelled(video, options, oracle, progress, threads)
 
     def _build_labelled(self, video: str, options: dict, oracle: str | None, progress: bool,

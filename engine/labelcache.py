@@ -3,8 +3,7 @@
 Labels are keyed by (video, oracle identity, clip, frame); the cache itself numbers a
 collection's frames by global position (engine/clips.py) and converts. Each batch of oracle
 output is made durable in the label journal (engine/labeljournal.py) before it is used and
-merged into the catalog tables when the query ends (at once when no query is running);
-frames with zero detections are recorded, and no frame is sent to the oracle twice. A
+merged into the catalog tables before anything reads them there; frames with zero detections are recorded, and no frame is sent to the oracle twice. A
 killed process loses at most the batch in flight.
 """
 from __future__ import annotations
@@ -18,7 +17,7 @@ import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
-from vidql.detections import DETECTION_COLUMNS
+from vidql.detections import DETECTION_COLUMNS, empty_detections, with_dtypes
 from vidql.errors import OracleError, VidqlError
 from .clips import ClipMap
 from .framestat import FrameExpr, FrameStatistics, count_detections, count_sql
@@ -82,6 +81,7 @@ class LabelCache:
         self._bar = None  # a query's progress bar while one is open
         self.read_only = con.execute("SELECT readonly FROM duckdb_databases() "
                                      "WHERE database_name = current_database()").fetchall()[0][0]
+        journal.flush()  # every labelled frame in the catalog tables, read once here
         done = con.execute("SELECT c.first_frame + l.frame AS position FROM vidql.labelled l "
                            "JOIN vidql.clips c ON c.video = l.video AND c.clip = l.clip "
                            "WHERE l.video = ? AND l.oracle = ?",
@@ -107,9 +107,8 @@ class LabelCache:
 
     def ensure(self, frames, desc: str | None = None) -> None:
         """Label every frame of `frames` not yet cached, batch by batch, each batch durable
-        (in the journal) before the next starts, and merged into the catalog tables when it
-        returns unless a query is running. An oracle failure keeps finished batches and is
-        re-raised."""
+        (in the journal) before the next starts. An oracle failure keeps finished batches
+        and is re-raised."""
         frames = self._check_range(frames)
         unique = np.unique(frames)
         todo = unique[~self._labelled[unique]]
@@ -153,8 +152,6 @@ class LabelCache:
             self._cost = [0, 0.0]
             if own:
                 bar.close()
-            if not self.journal.deferring:  # no query running: into the catalog tables now
-                self.journal.flush()
 
     def label_ahead(self, frames, now: int, done: int = 0) -> None:
         """An operator asks for `frames[:now]` now and for the rest of `frames` next, in
@@ -249,19 +246,38 @@ class LabelCache:
 
     def detections(self, frames=None) -> pd.DataFrame:
         """Cached detections (DETECTION_COLUMNS) of `frames` (all labelled frames if None),
-        labelling the missing ones first."""
+        labelling the missing ones first: those of batches still in the journal from memory,
+        the rest from the catalog tables, ordered by frame."""
         if frames is None:
             frames = self.labelled_frames
         else:
             frames = self._check_range(frames)
             self.ensure(frames)
-        self.journal.flush()  # read where the labels live
-        with self._wanted(np.unique(frames)):
-            return self.con.execute(
-                f"SELECT w.position AS frame, {', '.join('l.' + c for c in DETECTION_COLUMNS[1:])}"
-                " FROM vidql.labels l JOIN __vidql_want w ON l.clip = w.clip AND l.frame = w.frame"
-                " WHERE l.video = ? AND l.oracle = ? ORDER BY w.position",
-                [self.video, self.oracle.identity]).df()
+        wanted = np.unique(frames)
+        waiting, parts = np.zeros(len(wanted), dtype=bool), []
+        first = dict(zip(self.clip_map.names, self.clip_map.first, strict=True))
+        for b in self._pending_batches():
+            waiting |= np.isin(wanted, first[b.clip] + b.frames)
+            det = b.detections.assign(frame=b.detections["frame"] + first[b.clip])
+            parts.append(det[np.isin(det["frame"].to_numpy(), wanted)])
+        rest = wanted[~waiting]
+        if len(rest):
+            with self._wanted(rest):
+                parts.append(self.con.execute(
+                    f"SELECT w.position AS frame, "
+                    f"{', '.join('l.' + c for c in DETECTION_COLUMNS[1:])} FROM vidql.labels l "
+                    "JOIN __vidql_want w ON l.clip = w.clip AND l.frame = w.frame "
+                    "WHERE l.video = ? AND l.oracle = ?", [self.video, self.oracle.identity]).df())
+        parts = [part for part in parts if len(part)]
+        if not parts:
+            return empty_detections()
+        det = with_dtypes(pd.concat(parts, ignore_index=True))
+        return det.iloc[np.argsort(det["frame"].to_numpy(), kind="stable")].reset_index(drop=True)
+
+    def _pending_batches(self) -> list[LabelBatch]:
+        """This cache's batches that wait in the journal (not in the catalog tables yet)."""
+        return [b for b in self.journal.pending
+                if b.video == self.video and b.oracle == self.oracle.identity and len(b.frames)]
 
     @contextmanager
     def _wanted(self, positions: np.ndarray):
@@ -298,13 +314,12 @@ class LabelCache:
             return
         counts = self._counts[key] = np.full(self.n_frames, -1, dtype=np.int32)
         first = dict(zip(self.clip_map.names, self.clip_map.first, strict=True))
-        for b in self.journal.pending:
-            if b.video == self.video and b.oracle == self.oracle.identity:
-                det = b.detections
-                rows = pd.Index(b.frames).get_indexer(det["frame"].to_numpy())
-                counts[first[b.clip] + b.frames] = count_detections(
-                    key, det["label"].to_numpy(object), det["score"].to_numpy(np.float64),
-                    rows, len(b.frames))
+        for b in self._pending_batches():
+            det = b.detections
+            rows = pd.Index(b.frames).get_indexer(det["frame"].to_numpy())
+            counts[first[b.clip] + b.frames] = count_detections(
+                key, det["label"].to_numpy(object), det["score"].to_numpy(np.float64),
+                rows, len(b.frames))
 
     def _load_counts(self, frames: np.ndarray, keys: list[tuple]) -> None:
         """Counts of frames labelled before this cache saw them, computed where the labels

@@ -2,10 +2,12 @@
 
 Each batch the oracle returns is appended to `labels.journal` in the artifacts folder and
 fsynced before anything uses it (about 0.2 ms here, against 3-8 ms for a DuckDB commit).
-Batches gather in memory and are merged into the catalog tables (`vidql.labels`,
-`vidql.labelled`, `vidql.oracle_costs`) in one transaction by `flush`: at the end of each
-query or index build (`deferred`, through `Catalog.labelling`), before anything reads those tables, and when
-many are pending. Opening a database read-write replays what a killed process left in the
+Batches gather in memory, across queries, and are merged into the catalog tables
+(`vidql.labels`, `vidql.labelled`, `vidql.oracle_costs`) in one transaction by `flush`:
+before anything reads or changes those tables (`Catalog.flush_labels`: exact queries, plain
+SQL, the user's connection, catalog changes, a new label cache), when many are pending, and
+when the database closes. A query that only samples labels never waits for a DuckDB
+commit. Opening a database read-write replays what a killed process left in the
 journal (`replay`); a record torn by the kill is cut off (its batch was never used), and a
 batch whose frames the catalog already holds (merged before the kill truncated the journal)
 is skipped, so nothing is stored twice.
@@ -19,7 +21,6 @@ import json
 import os
 import struct
 import zlib
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -89,25 +90,8 @@ class LabelJournal:
         self.path = Path(path)
         self.con = con
         self.pending: list[LabelBatch] = []
-        self._depth = 0  # open `deferred` scopes: merged when the outermost ends
         self._file = None
         self._pending_frames = self._pending_rows = 0
-
-    @contextmanager
-    def deferred(self):
-        """Inside (a query or an index build), batches wait here, durable, and are merged
-        once, when the outermost such scope ends."""
-        self._depth += 1
-        try:
-            yield
-        finally:
-            self._depth -= 1
-            if not self._depth:
-                self.flush()
-
-    @property
-    def deferring(self) -> bool:
-        return self._depth > 0
 
     def append(self, batch: LabelBatch) -> None:
         """Make `batch` durable (written and fsynced) and keep it for the next merge."""

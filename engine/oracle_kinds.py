@@ -4,6 +4,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import inspect
+from collections import OrderedDict
 from pathlib import Path
 
 import numpy as np
@@ -40,6 +41,65 @@ def narrowest_exact(values: np.ndarray) -> np.ndarray:
     return values
 
 
+TABLES_KEPT = 2  # label files kept loaded per process, most recently used first
+
+
+class LabelTable:
+    """A label file's rows sorted by (clip, frame), found by binary search, each column read
+    on its own and kept in the narrowest dtype that holds its values exactly (labels as
+    codes): 15 bytes a detection with whole-pixel boxes instead of a DataFrame's 50.
+    `digest` hashes the file's bytes. Read-only once loaded, so oracles share it (`of`)."""
+
+    _loaded: OrderedDict = OrderedDict()  # (path, size, mtime, inode) -> LabelTable
+
+    def __init__(self, path: Path):
+        from vidql.datasets import read_label_columns
+
+        columns = read_label_columns(path)
+        order = self._sort(columns)
+        self.columns = {}
+        for name, values in columns:
+            if name == "label":
+                self.label_names = np.asarray(values.categories, dtype=object)
+                values = values.codes
+            self.columns[name] = narrowest_exact(values[order])
+        self.digest = file_digest(path)
+
+    @classmethod
+    def of(cls, path: str | Path) -> "LabelTable":
+        """The table of the file at `path`, loaded once per process while its size, time
+        and inode stay the same (each new connection's oracle would otherwise read and hash
+        the whole file again); the TABLES_KEPT most recently used are kept."""
+        path = Path(path)
+        try:
+            st = path.stat()
+        except OSError:
+            return cls(path)  # says why the file cannot be read
+        key = (str(path.resolve()), st.st_size, st.st_mtime_ns, st.st_ino)
+        table = cls._loaded.pop(key, None) or cls(path)
+        cls._loaded[key] = table  # the most recently used last
+        while len(cls._loaded) > TABLES_KEPT:
+            cls._loaded.popitem(last=False)
+        return table
+
+    def _sort(self, columns) -> np.ndarray:
+        """Read the clip (when present) and frame columns from `columns`: sets `clips`,
+        `spans` (each clip's rows) and `frames`; returns the row order (file order within
+        a frame)."""
+        name, values = next(columns)
+        clip = None
+        if name == "clip":
+            clip, (name, values) = values, next(columns)
+        names = list(clip.categories) if clip is not None else [""]
+        self.clips = sorted(names) if clip is not None else None
+        codes = clip.codes if clip is not None else np.zeros(len(values), dtype=np.int8)
+        order = np.lexsort((values, codes))
+        bounds = np.searchsorted(codes[order], np.arange(len(names) + 1))
+        self.spans = dict(zip(names, zip(bounds[:-1], bounds[1:], strict=True), strict=True))
+        self.frames = narrowest_exact(values[order])
+        return order
+
+
 class LabelsOracle(Oracle):
     """Answers from a table of detections (CSV or Parquet), e.g. ground truth or labels a
     detector made earlier. `cost_ms` states a simulated cost per frame for reports and
@@ -51,43 +111,12 @@ class LabelsOracle(Oracle):
                  batch_size: int = 256):
         cost_ms = None if cost_ms is None else COST_MS.check("LABELS option cost_ms", cost_ms)
         batch_size = BATCH_SIZE.check("option batch_size", batch_size)
-        self._load(path)
+        self._table = LabelTable.of(path)
+        self.clips = self._table.clips
         self.name, self.batch_size, self.simulated_cost_ms = name, batch_size, cost_ms
         self.nearly_free = cost_ms is None  # a stated cost stands in for a model's
-        self.identity = f"labels:{name}:{file_digest(path)}"
+        self.identity = f"labels:{name}:{self._table.digest}"
         self.sources = (Path(path),)
-
-    def _load(self, path: str | Path) -> None:
-        """The file's rows sorted by (clip, frame), found by binary search, each column read
-        on its own and kept in the narrowest dtype that holds its values exactly (labels as
-        codes): 15 bytes a detection with whole-pixel boxes instead of a DataFrame's 50."""
-        from vidql.datasets import read_label_columns
-
-        columns = read_label_columns(path)
-        order = self._sort(columns)
-        self._columns = {}
-        for name, values in columns:
-            if name == "label":
-                self._label_names = np.asarray(values.categories, dtype=object)
-                values = values.codes
-            self._columns[name] = narrowest_exact(values[order])
-
-    def _sort(self, columns) -> np.ndarray:
-        """Read the clip (when present) and frame columns from `columns`: sets `clips`,
-        `_spans` (each clip's rows) and `_frames`; returns the row order (file order within
-        a frame)."""
-        name, values = next(columns)
-        clip = None
-        if name == "clip":
-            clip, (name, values) = values, next(columns)
-        names = list(clip.categories) if clip is not None else [""]
-        self.clips = sorted(names) if clip is not None else None
-        codes = clip.codes if clip is not None else np.zeros(len(values), dtype=np.int8)
-        order = np.lexsort((values, codes))
-        bounds = np.searchsorted(codes[order], np.arange(len(names) + 1))
-        self._spans = dict(zip(names, zip(bounds[:-1], bounds[1:], strict=True), strict=True))
-        self._frames = narrowest_exact(values[order])
-        return order
 
     def check_clips(self, clips: tuple[str, ...]) -> None:
         """A file without a clip column labels one clip; one with a clip column must name
@@ -116,27 +145,29 @@ class LabelsOracle(Oracle):
             raise OracleError(f"label file of oracle {self.name!r} has no 'clip' column, so it "
                               f"cannot label clip {clip!r} of a collection: add a clip column "
                               f"naming each row's clip")
-        lo, hi = self._spans.get(clip if self.clips is not None else "", (0, 0))
+        lo, hi = self._table.spans.get(clip if self.clips is not None else "", (0, 0))
         ids = self._keys(np.asarray(frame_ids, dtype=np.int64))
-        first = lo + np.searchsorted(self._frames[lo:hi], ids, side="left")
-        count = lo + np.searchsorted(self._frames[lo:hi], ids, side="right") - first
+        frames = self._table.frames[lo:hi]
+        first = lo + np.searchsorted(frames, ids, side="left")
+        count = lo + np.searchsorted(frames, ids, side="right") - first
         if not count.sum():
             return detections_frame([])
         rows = np.repeat(first - np.cumsum(count) + count, count) + np.arange(count.sum())
         return self._rows(rows)
 
     def _keys(self, ids: np.ndarray) -> np.ndarray:
-        """`ids` in the dtype of `_frames` when they fit (wider keys make every search copy
-        the whole column)."""
-        dtype = np.iinfo(self._frames.dtype)
+        """`ids` in the dtype of the table's frames when they fit (wider keys make every
+        search copy the whole column)."""
+        dtype = np.iinfo(self._table.frames.dtype)
         fits = not len(ids) or (dtype.min <= ids.min() and ids.max() <= dtype.max)
-        return ids.astype(self._frames.dtype) if fits else ids
+        return ids.astype(self._table.frames.dtype) if fits else ids
 
     def _rows(self, rows: np.ndarray) -> pd.DataFrame:
         """Detections at sorted positions `rows`, in the standard dtypes."""
-        columns = {name: values[rows] for name, values in self._columns.items()}
-        columns["label"] = self._label_names[columns["label"]]
-        return with_dtypes(pd.DataFrame({"frame": self._frames[rows], **columns}))
+        table = self._table
+        columns = {name: values[rows] for name, values in table.columns.items()}
+        columns["label"] = table.label_names[columns["label"]]
+        return with_dtypes(pd.DataFrame({"frame": table.frames[rows], **columns}))
 
 
 class PythonOracle(Oracle):

@@ -1,9 +1,11 @@
-"""The label journal: batches durable before use, merged once per query, replayed after a kill."""
+"""The label journal: batches durable before use, merged when something reads the catalog
+tables, replayed after a kill."""
 from __future__ import annotations
 
 import zlib
 
 import numpy as np
+import pandas as pd
 
 import vidql
 from vidql.engine.labeljournal import HEAD, MAGIC, read_records
@@ -12,7 +14,8 @@ from conftest import kill_when_blocked
 
 
 def _labelled(db) -> int:
-    return db.con.execute("SELECT count(*) FROM vidql.labelled").fetchall()[0][0]
+    """Frames in the catalog table itself (db.con would merge pending batches first)."""
+    return db.catalog.con.execute("SELECT count(*) FROM vidql.labelled").fetchall()[0][0]
 
 
 def _traffic(path, small_traffic):
@@ -24,25 +27,32 @@ def _traffic(path, small_traffic):
     return db
 
 
-def test_a_query_merges_its_batches_once_at_the_end(small_traffic, tmp_path):
-    """Inside a query's scope batches wait in the journal (durable) and the catalog tables
-    do not hold them yet; a statistic asked for meanwhile is counted from them; the scope's
-    end merges them all and empties the journal."""
+def test_batches_wait_in_the_journal_until_the_catalog_tables_are_read(small_traffic, tmp_path):
+    """Batches wait in the journal (durable), across queries, and the catalog tables do not
+    hold them yet; a statistic asked for meanwhile is counted from them; reading the tables
+    through SQL merges them all and empties the journal."""
     with _traffic(tmp_path / "j.db", small_traffic) as db:
         cache = db.labels("t")
-        with db.catalog.labelling():
-            cache.ensure(np.arange(0, 100))
-            cache.ensure(np.arange(100, 150))
-            assert _labelled(db) == 0 and len(db.catalog.journal.pending) >= 2
-            assert len(read_records((db.artifacts / "labels.journal").read_bytes())) == \
-                len(db.catalog.journal.pending)
-            (inside,) = cache.true_values("objects('bus')")(np.arange(150))
-        assert _labelled(db) == 150 and not db.catalog.journal.pending
+        cache.ensure(np.arange(0, 100))
+        db.catalog.flush_labels()
+        db.sql("SELECT AVG(objects('car')) FROM t WHERE frame >= 100 ERROR WITHIN 0.5 SEED 1")
+        waiting = len(db.catalog.journal.pending)
+        assert _labelled(db) == 100 and waiting >= 2
+        assert len(read_records((db.artifacts / "labels.journal").read_bytes())) == waiting
+        labelled = len(cache.labelled_frames)
+        (inside,) = cache.true_values("objects('bus')")(np.arange(labelled))
+        mixed = cache.detections(np.arange(80, 120))  # merged frames and frames in the journal
+        assert _labelled(db) == 100
+        assert db.sql("SELECT count(*) FROM vidql.labelled").fetchall()[0][0] == \
+            len(cache.labelled_frames) == _labelled(db)
+        assert not db.catalog.journal.pending
         assert (db.artifacts / "labels.journal").stat().st_size == 0
+        pd.testing.assert_frame_equal(mixed, cache.detections(np.arange(80, 120)))
         calls = cache.stats.oracle_calls
+        frames = cache.labelled_frames
     with _traffic(tmp_path / "j.db", small_traffic) as db:  # a new cache reads the catalog
-        (after,) = db.labels("t").true_values("objects('bus')")(np.arange(150))
-        assert db.labels("t").stats.oracle_calls == 0 and calls == 150
+        (after,) = db.labels("t").true_values("objects('bus')")(np.arange(labelled))
+        assert db.labels("t").stats.oracle_calls == 0 and calls == len(frames)
     np.testing.assert_array_equal(inside, after)
 
 
@@ -53,13 +63,12 @@ def test_replay_cuts_a_torn_record_and_skips_merged_batches(small_traffic, tmp_p
     path = tmp_path / "r.db"
     with _traffic(path, small_traffic) as db:
         cache, journal = db.labels("t"), db.catalog.journal
-        with db.catalog.labelling():
-            cache.ensure(np.arange(0, 20))
-            merged = list(journal.pending)  # merged when this scope ends
-        with db.catalog.labelling():
-            cache.ensure(np.arange(20, 60))
-            lost = list(journal.pending)
-            journal.pending = []  # as if the process died before this merge
+        cache.ensure(np.arange(0, 20))
+        merged = list(journal.pending)
+        db.catalog.flush_labels()
+        cache.ensure(np.arange(20, 60))
+        lost = list(journal.pending)
+        journal.pending = []  # as if the process died before this merge
         assert _labelled(db) == 20
         rows_before = db.con.execute("SELECT count(*) FROM vidql.labels").fetchall()[0][0]
         journal_path = db.artifacts / "labels.journal"

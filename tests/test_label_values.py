@@ -23,8 +23,8 @@ def _check_values(db_path, video: str, labels_path, n: int) -> None:
     earlier = rng.choice(n, n // 3, replace=False)
     with vidql.connect(db_path, progress=False) as db:  # labelled by an earlier connection
         db.labels(video).ensure(earlier)
-    with vidql.connect(db_path, progress=False) as db, db.catalog.labelling():
-        # inside a query's scope: these wait in the label journal, counted from there
+    with vidql.connect(db_path, progress=False) as db:
+        # these wait in the label journal, counted from there
         db.labels(video).ensure(rng.choice(n, n // 4, replace=False))
         values = db.labels(video).true_values(*EXPRS)
         for size in (1, 2, 17, n // 2):  # unsorted, repeated, cached and new frames

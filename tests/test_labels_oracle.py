@@ -63,3 +63,24 @@ def test_narrowest_exact_dtype():
         assert narrow.astype(np.float64).tobytes() == values.tobytes()
     assert narrowest_exact(np.array([5, 70_000], dtype=np.int64)).dtype == np.int32
     assert narrowest_exact(np.array([], dtype=np.float64)).dtype == np.float64
+
+
+def test_a_label_file_is_read_once_per_process_until_it_changes(tmp_path, monkeypatch):
+    """Every connection builds its oracles anew; the file's table is read (and hashed) once
+    while its size and time stay the same, and read again, with a new identity, after."""
+    import vidql.datasets
+
+    reads = []
+    real = vidql.datasets.read_label_columns
+    monkeypatch.setattr(vidql.datasets, "read_label_columns",
+                        lambda path: reads.append(path) or real(path))
+    path = tmp_path / "t.parquet"
+    write_labels(pixel_boxes(500, 100), path)
+    first, second = LabelsOracle("a", path), LabelsOracle("b", path, batch_size=8)
+    assert len(reads) == 1 and first.identity.split(":")[-1] == second.identity.split(":")[-1]
+    pd.testing.assert_frame_equal(first.detect(None, np.arange(100)),
+                                  second.detect(None, np.arange(100)))
+    write_labels(pixel_boxes(500, 100, seed=3), path)
+    third = LabelsOracle("a", path)
+    assert len(reads) == 2 and third.identity != first.identity
+    assert not third.detect(None, np.arange(100)).equals(first.detect(None, np.arange(100)))

@@ -65,8 +65,8 @@ def _setup(db, video, labels, delay: float = 0.0):
 
 
 def _labelled_once(db) -> tuple[int, int]:
-    return db.catalog.con.execute("SELECT count(*), count(DISTINCT (oracle, frame)) "
-                                  "FROM vidql.labelled").fetchall()[0]
+    return db.con.execute("SELECT count(*), count(DISTINCT (oracle, frame)) "
+                          "FROM vidql.labelled").fetchall()[0]
 
 
 def _answers(executor, video, labels, queries):

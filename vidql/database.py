@@ -59,7 +59,7 @@ class Database:
                 raise VidqlError(f"cannot open database '{self.path}': {exc}"
                                  + (LOCK_REMEDY if "lock" in str(exc).lower() else "")) from None
             artifacts = artifacts_dir_for(self.path)
-        self.con = con  # the user's; vidql's own statements run on a cursor of it
+        self._con = con  # the user's (`con`); vidql's own statements run on a cursor of it
         self.read_only = read_only and path is not None
         self.catalog = Catalog(self._engine_connection(con), artifacts, progress=progress,
                                read_only=self.read_only)
@@ -75,7 +75,7 @@ class Database:
 
     def _engine_connection(self, con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
         """A connection of its own for vidql's statements (catalog, labels, queries), so a
-        result the user leaves open on `self.con` never blocks them."""
+        result the user leaves open on `con` never blocks them."""
         engine = con.cursor()
         if self.path is not None:
             engine.execute(f"USE {STORE_CATALOG}")
@@ -84,7 +84,7 @@ class Database:
     # ---- lifecycle ----------------------------------------------------------------
     def close(self) -> None:
         self.catalog.close()  # merges pending labels, stops Ray oracle actors
-        self.con.close()
+        self._con.close()
         if self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None
@@ -94,6 +94,13 @@ class Database:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+    @property
+    def con(self) -> duckdb.DuckDBPyConnection:
+        """The DuckDB connection, for SQL of your own; labels waiting in the label journal
+        are merged into the catalog tables first, so `vidql.labels` reads them."""
+        self.catalog.flush_labels()
+        return self._con
 
     @property
     def artifacts(self) -> Path:
