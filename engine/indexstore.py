@@ -3,11 +3,19 @@
 An index lives in `<artifacts>/indexes/<name>/` and records the video fingerprint and the
 oracle identity it was built with; a changed video or oracle makes it stale (a clear
 error that says to rebuild), never silently wrong.
+
+Cracking (a query's labelled frames joining the representatives) runs on a thread of its
+own after the query's answer is ready: it only serves later queries, and it costs a search
+of every frame against the new representatives (seconds at a million frames). Everything
+that uses an index waits for it first (`settle`), so no query sees a half-cracked index.
 """
 from __future__ import annotations
 
 import json
 import shutil
+import time
+import warnings
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 import pandas as pd
@@ -27,11 +35,37 @@ class IndexStore:
         self.catalog = catalog
         self.con = catalog.con
         self._open: dict[str, object] = {}
+        self._cracker: ThreadPoolExecutor | None = None  # one thread, started by `crack`
+        self._cracking: tuple[str, Future] | None = None  # (index, its running crack)
+        self.crack_seconds = 0.0  # how long the last crack ran on its thread
+
+    def settle(self) -> None:
+        """Wait for a crack still running. One that failed leaves the index as its files
+        hold it (a save commits whole or not at all): it is reloaded, with a warning."""
+        if self._cracking is None:
+            return
+        name, running = self._cracking
+        self._cracking = None
+        try:
+            running.result()
+        except Exception as exc:  # cracking only speeds later queries up
+            self._open.pop(name, None)
+            warnings.warn(f"cracking index {name!r} after the last query failed ({exc}); the "
+                          f"index stays as it was before that query", RuntimeWarning,
+                          stacklevel=2)
+
+    def close(self) -> None:
+        """Finish a running crack and stop its thread."""
+        self.settle()
+        if self._cracker is not None:
+            self._cracker.shutdown()
+            self._cracker = None
 
     def names(self) -> list[str]:
         return [r[0] for r in self.con.execute("SELECT name FROM vidql.indexes ORDER BY name").fetchall()]
 
     def directory(self, name: str):
+        self.settle()
         return self.catalog.artifacts / "indexes" / name
 
     def _row(self, name: str) -> dict:
@@ -43,6 +77,7 @@ class IndexStore:
     def create(self, name: str, video: str, options: dict | None = None, *,
                oracle: str | None = None, progress: bool = True):
         """Build a TASTI index over `video`, labelling representatives with its oracle."""
+        self.settle()
         check_name("index", name)
         if name.lower() in (n.lower() for n in self.names()):
             raise CatalogError(f"an index named {name!r} already exists; DROP INDEX {name} first")
@@ -100,6 +135,7 @@ class IndexStore:
         (and the build's torch threads, so unchanged frames give the same index and no
         oracle call). The new files replace the old folder only once complete: a failed
         refresh leaves the old index usable. Returns the new index."""
+        self.settle()
         row = self._row(name)
         name, video = row["name"], row["video"]
         stored = json.loads(row["options"])
@@ -135,6 +171,7 @@ class IndexStore:
         embedder and labels representatives among them (farthest-point-first against the
         existing ones); no retraining. Returns {index: frames added, or why it was left as
         it is (then it is stale and REFRESH INDEX rebuilds it)}."""
+        self.settle()
         done = {}
         rows = self.con.execute("SELECT name, oracle_identity, options FROM vidql.indexes WHERE "
                                 "video = ? ORDER BY name", [video]).fetchall()
@@ -207,6 +244,7 @@ class IndexStore:
 
     def get(self, name: str):
         """Open an index (cached in memory); stale ones raise IndexMismatchError."""
+        self.settle()
         from vidql.indexes import TastiIndex
 
         row = self._row(name)
@@ -222,6 +260,7 @@ class IndexStore:
 
     def for_video(self, video: str, name: str | None = None, oracle_identity: str | None = None):
         """The named index, or the newest index of `video` built with that oracle, or None."""
+        self.settle()
         if name is not None:
             row = self._row(name)
             if row["video"].lower() != video.lower():
@@ -258,17 +297,28 @@ class IndexStore:
             "ORDER BY name", [video, oracle_identity]).fetchall()]
 
     def crack(self, name: str, cache, frames: np.ndarray) -> int:
-        """Cracking: frames the oracle labelled during a query join the representatives."""
+        """Cracking: frames the oracle labelled during a query join the representatives, on
+        the cracking thread (their labels are read here). Returns how many join."""
         index = self.get(name)
         frames = np.setdiff1d(np.asarray(frames, dtype=np.int64), index.rep_frames)
         if len(frames) == 0:
             return 0
-        added = index.add_labels(cache.detections(frames), frames)
-        if added:
-            index.save(self.directory(name))
-        return added
+        detections, directory = cache.detections(frames), self.directory(name)
+
+        def add_and_save() -> None:
+            t0 = time.perf_counter()
+            if index.add_labels(detections, frames):
+                index.save(directory)
+            self.crack_seconds = time.perf_counter() - t0
+
+        self.crack_seconds = 0.0
+        if self._cracker is None:
+            self._cracker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vidql-crack")
+        self._cracking = (name, self._cracker.submit(add_and_save))
+        return len(frames)
 
     def drop(self, name: str, if_exists: bool = False) -> bool:
+        self.settle()
         try:
             row = self._row(name)
         except CatalogError:
@@ -281,6 +331,7 @@ class IndexStore:
         return True
 
     def drop_for_video(self, video: str) -> None:
+        self.settle()
         for (name,) in self.con.execute("SELECT name FROM vidql.indexes WHERE lower(video) = "
                                         "lower(?)", [video]).fetchall():
             shutil.rmtree(self.directory(name), ignore_errors=True)

@@ -150,7 +150,8 @@ class Binding:
 
     def finish(self, report: Report, crack: bool = True) -> Report:
         """Record labelling costs; with `crack`, frames the oracle labelled for this query
-        join the index's representatives (cracking)."""
+        join the index's representatives (cracking: their labels are read now, the index
+        grows on the index store's cracking thread while the answer is returned)."""
         report.add_stats(self.cache.stats.since(self.before))
         if crack and self.index is not None:
             new = np.setdiff1d(self.cache.labelled_frames, self.labelled_before)

@@ -130,3 +130,34 @@ def test_bad_files_raise_video_error(bad_files, tmp_path, name, words):
 def test_directory_is_not_a_video(tmp_path):
     with pytest.raises(VideoError, match="not a regular file"):
         probe_video(tmp_path)
+
+
+@pytest.mark.parametrize("pts", [tuple(range(512, 512 + 300 * 512, 512)),  # even steps: arithmetic
+                                 (0, 3, 7, 8, 20), (5,), ()])
+def test_pts_index_numbers_timestamps_as_a_dict_would(pts):
+    from vidql.preprocess.probe import PtsIndex
+
+    index, expected = PtsIndex(pts), {t: i for i, t in enumerate(pts)}
+    assert len(index) == len(expected)
+    for t in list(pts) + [-1, 1, 511, 513, None, (pts[-1] + 1) if pts else 0, 10**9]:
+        assert index.get(t) == expected.get(t) and (t in index) == (t in expected), t
+    if pts:
+        assert index[pts[-1]] == len(pts) - 1
+        with pytest.raises(KeyError):
+            index[-12345]
+
+
+def test_an_evenly_stepped_million_timestamps_are_numbered_without_a_map():
+    import tracemalloc
+
+    from vidql.preprocess.probe import PtsIndex
+
+    pts = tuple(range(0, 512 * 1_000_000, 512))
+    tracemalloc.start()
+    try:
+        index = PtsIndex(pts)
+        held, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert held < 1 << 20, held  # a dict of them holds about 80 MB
+    assert index.get(512 * 999_999) == 999_999 and index.get(512 * 1_000_000) is None

@@ -210,6 +210,7 @@ def test_cracking_grows_the_index_and_changes_the_sample(tmp_path):
         db.sql("SELECT frame FROM v WHERE objects('car') >= 3 LIMIT 3 GAP 20 SEED 3")
         cracked = db.last_report.details["cracked_frames"]
         assert cracked == db.last_report.oracle_calls > 0  # the LIMIT scan's labels joined
+        index = db.indexes.get("vi")  # the same index, once its cracking thread is done
         assert len(index.rep_frames) == reps + cracked
         # a cracked index never redraws the sample its new representatives came from
         assert Binding(db, query).sampling_seed(11) != sample_seed

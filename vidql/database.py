@@ -83,8 +83,11 @@ class Database:
 
     # ---- lifecycle ----------------------------------------------------------------
     def close(self) -> None:
-        self.catalog.close()  # merges pending labels, stops Ray oracle actors
-        self._con.close()
+        try:
+            self.indexes.close()  # a query's cracking finishes and is saved
+        finally:
+            self.catalog.close()  # merges pending labels, stops Ray oracle actors
+            self._con.close()
         if self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None
