@@ -50,7 +50,7 @@ class LabelBatch:
 
     def encode(self) -> bytes:
         det = self.detections
-        codes, names = pd.factorize(det["label"].to_numpy(object))
+        codes, names = pd.factorize(det["label"].array)
         header = json.dumps({"video": self.video, "oracle": self.oracle, "clip": self.clip,
                              "frames": len(self.frames), "rows": len(det),
                              "labels": [str(n) for n in names], "cost": self.cost}).encode()
@@ -58,7 +58,8 @@ class LabelBatch:
                  np.ascontiguousarray(self.frames, dtype="<i8").tobytes(),
                  np.ascontiguousarray(self.counts, dtype="<i4").tobytes(),
                  det["frame"].to_numpy("<i8").tobytes(), codes.astype("<i4").tobytes(),
-                 det[list(BOXES)].to_numpy("<f8").tobytes() if len(det) else b""]
+                 np.column_stack([det[c].to_numpy("<f8") for c in BOXES]).tobytes()
+                 if len(det) else b""]
         return b"".join(parts)
 
     @classmethod

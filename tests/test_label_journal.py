@@ -38,7 +38,11 @@ def test_batches_wait_in_the_journal_until_the_catalog_tables_are_read(small_tra
         db.sql("SELECT AVG(objects('car')) FROM t WHERE frame >= 100 ERROR WITHIN 0.5 SEED 1")
         waiting = len(db.catalog.journal.pending)
         assert _labelled(db) == 100 and waiting >= 2
-        assert len(read_records((db.artifacts / "labels.journal").read_bytes())) == waiting
+        records = read_records((db.artifacts / "labels.journal").read_bytes())
+        assert len(records) == waiting
+        for record, batch in zip(records, db.catalog.journal.pending, strict=True):
+            pd.testing.assert_frame_equal(record.detections, batch.detections)  # bit for bit
+            np.testing.assert_array_equal(record.frames, batch.frames)
         labelled = len(cache.labelled_frames)
         (inside,) = cache.true_values("objects('bus')")(np.arange(labelled))
         mixed = cache.detections(np.arange(80, 120))  # merged frames and frames in the journal
