@@ -214,12 +214,13 @@ class LabelCache:
         t2 = time.perf_counter() if found is None else t1 + found[1]  # the oracle's own time
         if found is None:  # checking its output is the engine's time
             det = check_detections(det, local, self.oracle)
-            det["frame"] += self.clip_map.first[ordinal[0]]  # back to global positions
-        else:  # labelled elsewhere (Ray actors), by global position
+        else:  # labelled elsewhere (Ray actors), by global position: numbered in the clip
             det = check_detections(found[0], ids, self.oracle)
-        rows = pd.Index(ids).get_indexer(det["frame"].to_numpy())
+            det = det.assign(frame=det["frame"] - self.clip_map.first[ordinal[0]])
+        rows = pd.Index(local).get_indexer(det["frame"].to_numpy())
         self._cost = [self._cost[0] + len(ids), self._cost[1] + t2 - t1]
-        self._journal(ids, det, np.bincount(rows, minlength=len(ids)), self._cost if last else None)
+        self._journal(clip, local, det, np.bincount(rows, minlength=len(ids)),
+                      self._cost if last else None)
         if last:
             self._cost = [0, 0.0]
         labels, scores = det["label"].to_numpy(object), det["score"].to_numpy(np.float64)
@@ -231,16 +232,13 @@ class LabelCache:
         cost = self.oracle.simulated_cost_ms
         self.stats.oracle_seconds += (t2 - t1) if cost is None else cost * len(ids) / 1000
 
-    def _journal(self, ids: np.ndarray, det: pd.DataFrame, counts: np.ndarray,
-                cost: list | None) -> None:
-        """Make one batch durable in the journal: its detections, its frames (with their
-        detection counts) and, when given, the oracle's cost [frames, seconds] since it was
-        last recorded. A batch lies within one clip."""
-        ordinal = int(self.clip_map.ordinals(ids[:1])[0])
-        first = int(self.clip_map.first[ordinal])
-        self.journal.append(LabelBatch(self.video, self.oracle.identity,
-                                       self.clip_map.names[ordinal], ids - first, counts,
-                                       det.assign(frame=det["frame"] - first), cost))
+    def _journal(self, clip: str, frames: np.ndarray, det: pd.DataFrame, counts: np.ndarray,
+                 cost: list | None) -> None:
+        """Make one batch of `clip` durable in the journal: its detections and frames, both
+        numbered within the clip, each frame's detection count and, when given, the
+        oracle's cost [frames, seconds] since it was last recorded."""
+        self.journal.append(LabelBatch(self.video, self.oracle.identity, clip,
+                                       np.asarray(frames, dtype=np.int64), counts, det, cost))
         if self.journal.full:
             self.journal.flush()
 

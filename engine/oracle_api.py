@@ -83,5 +83,6 @@ def check_detections(df: pd.DataFrame, frame_ids: np.ndarray, oracle: Oracle) ->
     floats = {c: df[c].to_numpy() for c in FLOAT_COLUMNS}
     if df["label"].isna().any() or any(pd.isna(v).any() for v in floats.values()):
         raise OracleError(f"oracle {oracle.name!r} returned detections with missing values")
-    return pd.DataFrame({"frame": frame.astype(np.int64, copy=False),
-                         "label": df["label"].astype("str").array, **floats})
+    label = df["label"] if df["label"].dtype == "str" else df["label"].astype("str")
+    return pd.DataFrame({"frame": frame.astype(np.int64, copy=False), "label": label.array,
+                         **floats})
