@@ -69,10 +69,11 @@ class IndexStore:
         return self.catalog.artifacts / "indexes" / name
 
     def _row(self, name: str) -> dict:
-        df = self.con.execute("SELECT * FROM vidql.indexes WHERE lower(name) = lower(?)", [name]).df()
-        if df.empty:
+        cur = self.con.execute("SELECT * FROM vidql.indexes WHERE lower(name) = lower(?)", [name])
+        rows = cur.fetchall()
+        if not rows:
             raise CatalogError(f"unknown index {name!r}; indexes: {', '.join(self.names()) or 'none'}")
-        return df.iloc[0].to_dict()
+        return {col[0]: value for col, value in zip(cur.description, rows[0], strict=True)}
 
     def create(self, name: str, video: str, options: dict | None = None, *,
                oracle: str | None = None, progress: bool = True):
