@@ -14,7 +14,8 @@ import torch
 from tqdm.auto import tqdm
 
 from vidql.errors import VidqlError
-from .network import to_tensor, torch_device
+from vidql.preprocess.pipeline import decoder_threads
+from .network import decoders_beside_torch, to_tensor, torch_device
 from .rowfile import RowFile
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -50,11 +51,13 @@ def embed_source(source, embed_batch: Callable[[np.ndarray], np.ndarray], dim: i
                  size: tuple[int, int], batch_size: int = 256, dtype=np.float32,
                  desc: str = "embedding", progress: bool = True, start: int = 0,
                  stop: int | None = None, chunk_map: ChunkMap | None = None,
-                 on_disk: bool = False) -> np.ndarray | RowFile:
+                 on_disk: bool = False, network: bool = False) -> np.ndarray | RowFile:
     """Run `embed_batch` (uint8 B×H×W×3 -> B×dim) over frames [start, stop) of `source`
     (all by default) in order, in chunks through `chunk_map` when given (whole sources
     only); returns a (stop - start)×dim array of `dtype`, or with `on_disk` a RowFile the
-    rows were written to as they came (so they are never all in memory)."""
+    rows were written to as they came (so they are never all in memory). With `network`
+    (`embed_batch` runs a torch network), decoding leaves the network its cores
+    (`decoders_beside_torch`)."""
     stop = source_length(source) if stop is None else int(stop)
     out = new_rows(stop - start, dim, dtype, on_disk)
     seen = 0
@@ -67,10 +70,11 @@ def embed_source(source, embed_batch: Callable[[np.ndarray], np.ndarray], dim: i
         else:
             chunks = ((np.asarray(indices), embed_batch(batch)) for indices, batch
                       in source.iter_batches(batch_size, start, stop, size=size))
-        for indices, rows in chunks:
-            out[indices - start] = rows
-            seen += len(indices)
-            bar.update(len(indices))
+        with decoder_threads(decoders_beside_torch() if network else None):
+            for indices, rows in chunks:
+                out[indices - start] = rows
+                seen += len(indices)
+                bar.update(len(indices))
     if seen != stop - start:
         raise VidqlError(f"the frame source gave {seen} frames of [{start}, {stop}), but says "
                          f"it has {stop - start}")
@@ -249,4 +253,4 @@ def pretrained_embeddings(source, *, size: tuple[int, int], weights=None, batch_
     embed = network_embedder(pretrained_backbone(weights), mean=IMAGENET_MEAN, std=IMAGENET_STD)
     return embed_source(source, embed, 512, size=size, batch_size=batch_size,
                         desc="pretrained embedding", progress=progress, chunk_map=chunk_map,
-                        on_disk=on_disk)
+                        on_disk=on_disk, network=True)

@@ -44,7 +44,8 @@ class FrameEncoder:
                                   std=IMAGENET_STD)
             dim, batch = 512, 128
         return embed_source(source, fn, dim, size=size, batch_size=batch, start=start,
-                            stop=stop, desc=f"{self.kind} embedding", progress=progress)
+                            stop=stop, desc=f"{self.kind} embedding", progress=progress,
+                            network=self.kind != "pixel")
 
     def save(self, directory: Path) -> dict:
         """Write the encoder's file into `directory`; returns its metadata entry."""

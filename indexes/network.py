@@ -3,7 +3,6 @@ proxy baseline's regressor. Cheap enough to run over every frame of a video on a
 from __future__ import annotations
 
 import ctypes
-import os
 import time
 from contextlib import contextmanager
 
@@ -11,6 +10,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from vidql.preprocess.pipeline import cpu_count
 from vidql.preprocess.transforms import Normalize
 
 
@@ -67,6 +67,17 @@ def cpu_threads(n: int, blas: int = 1):
         torch.set_num_threads(previous)
 
 
+def decoders_beside_torch() -> int | None:
+    """Decoder threads for a pass that runs a network beside the decoding: on the CPU, the
+    cores the torch threads leave (at least one; with a decoder per core the CNN lost its
+    core: 0.75-0.81 of the slower of decode-only and forward-only on synthetic traffic,
+    0.84-0.85 with one decoder beside a 1-thread CNN on 2 cores); on a GPU, None (one per
+    core)."""
+    if torch_device() != "cpu":
+        return None
+    return max(1, cpu_count() - torch.get_num_threads())
+
+
 def release_free_memory() -> None:
     """Hand the C heap's free pages back to the system. glibc keeps what threads and torch
     freed (a training run's activations, a decoding pass's frames) as this process's memory
@@ -85,8 +96,8 @@ def fastest_threads(model: nn.Module, size: tuple[int, int], *, batch: int = 64,
     every core this process may use when that is `gain` times faster than 1 thread (best
     of `repeats` timed forward passes each), else 1, since extra threads spin and on a
     shared CPU often slow down. On a GPU, or with one core: the current setting."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    if torch_device() != "cpu" or (cores or 1) <= 1:
+    cores = cpu_count()
+    if torch_device() != "cpu" or cores <= 1:
         return torch.get_num_threads()
     x = torch.zeros(batch, 3, size[1], size[0])
     model = model.eval()

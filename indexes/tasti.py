@@ -275,7 +275,7 @@ class TastiIndex:
                 del emb  # the mining embedding: not needed beside the triplet one
                 emb = embed_source(source, network_embedder(model), cfg["dim"], size=size,
                                    desc="triplet embedding", progress=progress,
-                                   chunk_map=chunk_map, on_disk=True)
+                                   chunk_map=chunk_map, on_disk=True, network=True)
                 encoder = FrameEncoder("network", model)
                 stats["embedding"] = "triplet CNN"
                 lap("embedding")

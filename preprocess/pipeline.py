@@ -22,6 +22,8 @@ from __future__ import annotations
 import os
 import queue
 import threading
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
@@ -58,11 +60,26 @@ class Batch:
         return len(self.indices)
 
 
-def _cpu_count() -> int:
+def cpu_count() -> int:
+    """The cores this process may run on."""
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:
         return os.cpu_count() or 1
+
+
+_DECODERS: ContextVar[int | None] = ContextVar("vidql_decoders", default=None)
+
+
+@contextmanager
+def decoder_threads(n: int | None):
+    """Pipelines started inside (and given no `workers`) decode with `n` threads instead of
+    one per core: for a pass whose consumer needs cores of its own, a CNN on the CPU."""
+    token = _DECODERS.set(None if n is None else max(1, int(n)))
+    try:
+        yield
+    finally:
+        _DECODERS.reset(token)
 
 
 class Pipeline:
@@ -108,7 +125,7 @@ class Pipeline:
         self.batch_size = int(batch_size)
         self.transform = transform
         self.decoder_options = dict(decoder_options or {})
-        self.workers = max(1, int(workers or _cpu_count()))
+        self.workers = max(1, int(workers or _DECODERS.get() or cpu_count()))
         self.transform_workers = max(1, int(transform_workers))
         self.max_batches = max(1, int(max_batches))
         frame_bytes = max(self._frame_bytes(src) for src in self.sources)

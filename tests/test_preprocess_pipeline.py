@@ -219,3 +219,14 @@ def test_backpressure_bounds_work_ahead(clips):
     bound = (pipeline.workers + 1) * 12 + (2 * 2 + 2 * 1 + 3) * 4
     assert max(ahead) <= bound < 96
     assert pipeline.decoded_frames == 96
+
+
+def test_decoder_threads_set_the_default_number_of_decoders(clips):
+    from vidql.preprocess.pipeline import decoder_threads
+
+    with decoder_threads(1):
+        assert Pipeline(clips[0], size=SIZE, chunk_frames=20).workers == 1
+        assert Pipeline(clips[0], size=SIZE, chunk_frames=20, workers=2).workers == 2  # given
+    with decoder_threads(None):  # no advice: the default, a decoder per core
+        assert Pipeline(clips[0], size=SIZE, chunk_frames=20).workers == \
+            Pipeline(clips[0], size=SIZE, chunk_frames=20).workers
