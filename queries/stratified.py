@@ -172,6 +172,15 @@ class _Labels:
         return stat, pred, code
 
 
+def _label_strata(labels: _Labels, parts: list[np.ndarray]) -> list[tuple]:
+    """(stat, pred, code) of each stratum's frames `parts`, asked for in one call, strata in
+    order: the oracle labels them in full batches (and a video's frames are decoded in one
+    pass) instead of a short call per stratum."""
+    out = labels(np.concatenate(parts))
+    cuts = np.cumsum([len(part) for part in parts])[:-1]
+    return list(zip(*(np.split(x, cuts) for x in out), strict=True))
+
+
 def _group_columns(stat, pred, code, groups: int):
     """(m, G) arrays a = stat*pred*in_group and b = pred*in_group."""
     member = (code[:, None] == np.arange(groups)[None, :]) & pred[:, None]
@@ -203,14 +212,15 @@ def _two_stage(proxy, true_values, budget, agg, confidence, strata, seed, value_
     sizes = np.array([m.size for m in members], dtype=np.float64)
     caps = sizes.astype(np.int64)
     n1 = _allocate(int(budget * pilot_fraction), np.ones((1, strata)), caps, 1.0)[0]
-    pilot = [labels(m[:k]) for m, k in zip(members, n1, strict=True)]
+    pilot = _label_strata(labels, [m[:k] for m, k in zip(members, n1, strict=True)])
     g1 = len(labels.codes) if grouped else 1
     sums = [_sums(*_group_columns(*lab, g1)) for lab in pilot]
     sa, sb, saa = (np.stack([s[i] for s in sums])[None] for i in range(3))
     spread = _stratum_spread(sa, sb, saa, n1, sizes, agg)
     n2 = _allocate(budget - n1.sum(), _stage2_weights(spread, sizes), caps - n1,
                    floor_fraction)[0]
-    second = [labels(m[k1:k1 + k2]) for m, k1, k2 in zip(members, n1, n2, strict=True)]
+    second = _label_strata(labels, [m[k1:k1 + k2] for m, k1, k2 in zip(members, n1, n2,
+                                                                         strict=True)])
     groups = len(labels.codes) if grouped else 1
     pooled, seen_stats = [], []
     for first, extra in zip(pilot, second, strict=True):

@@ -160,3 +160,18 @@ def test_parameter_errors(kwargs, message):
 def test_callback_must_return_pairs():
     with pytest.raises(OracleError):
         aggregate_budget(np.linspace(0, 1, 100), lambda f: np.ones(f.size), budget=20)
+
+
+def test_each_stage_asks_the_oracle_once_for_every_stratum():
+    """Both stages ask for all their strata's frames in one call (full oracle batches, one
+    decoding pass) instead of a call per stratum."""
+    proxy, stat, pred = beta_population(3)
+    calls = []
+
+    def oracle(frames):
+        calls.append(len(frames))
+        return stat[frames], pred[frames]
+
+    res = aggregate_budget(proxy, oracle, budget=300, seed=1, strata=5)
+    assert len(calls) == 2 and sum(calls) == res.oracle_calls == 300
+    assert len(np.unique(res.frames)) == 300 and res.ci_low <= res.estimate <= res.ci_high
