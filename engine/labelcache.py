@@ -3,8 +3,9 @@
 Labels are keyed by (video, oracle identity, clip, frame); the cache itself numbers a
 collection's frames by global position (engine/clips.py) and converts. Each batch of oracle
 output is made durable in the label journal (engine/labeljournal.py) before it is used and
-merged into the catalog tables before anything reads them there; frames with zero detections are recorded, and no frame is sent to the oracle twice. A
-killed process loses at most the batch in flight.
+merged into the catalog tables before anything reads them there; frames with zero
+detections are recorded, and no frame is sent to the oracle twice. A killed process loses
+at most the batch in flight.
 """
 from __future__ import annotations
 
@@ -253,11 +254,10 @@ class LabelCache:
             self.ensure(frames)
         wanted = np.unique(frames)
         waiting, parts = np.zeros(len(wanted), dtype=bool), []
-        first = dict(zip(self.clip_map.names, self.clip_map.first, strict=True))
-        for b in self._pending_batches():
-            waiting |= np.isin(wanted, first[b.clip] + b.frames)
-            det = b.detections.assign(frame=b.detections["frame"] + first[b.clip])
-            parts.append(det[np.isin(det["frame"].to_numpy(), wanted)])
+        for first, b in self._pending_batches():
+            waiting |= np.isin(wanted, first + b.frames)
+            det = b.detections[np.isin(b.detections["frame"].to_numpy() + first, wanted)]
+            parts.append(det.assign(frame=det["frame"] + first))
         rest = wanted[~waiting]
         if len(rest):
             with self._wanted(rest):
@@ -272,9 +272,11 @@ class LabelCache:
         det = with_dtypes(pd.concat(parts, ignore_index=True))
         return det.iloc[np.argsort(det["frame"].to_numpy(), kind="stable")].reset_index(drop=True)
 
-    def _pending_batches(self) -> list[LabelBatch]:
-        """This cache's batches that wait in the journal (not in the catalog tables yet)."""
-        return [b for b in self.journal.pending
+    def _pending_batches(self) -> list[tuple[int, LabelBatch]]:
+        """This cache's batches that wait in the journal (not in the catalog tables yet),
+        each with the global position of its clip's first frame."""
+        first = dict(zip(self.clip_map.names, self.clip_map.first.tolist(), strict=True))
+        return [(first[b.clip], b) for b in self.journal.pending
                 if b.video == self.video and b.oracle == self.oracle.identity and len(b.frames)]
 
     @contextmanager
@@ -311,11 +313,10 @@ class LabelCache:
         if key in self._counts:
             return
         counts = self._counts[key] = np.full(self.n_frames, -1, dtype=np.int32)
-        first = dict(zip(self.clip_map.names, self.clip_map.first, strict=True))
-        for b in self._pending_batches():
+        for first, b in self._pending_batches():
             det = b.detections
             rows = pd.Index(b.frames).get_indexer(det["frame"].to_numpy())
-            counts[first[b.clip] + b.frames] = count_detections(
+            counts[first + b.frames] = count_detections(
                 key, det["label"].to_numpy(object), det["score"].to_numpy(np.float64),
                 rows, len(b.frames))
 
