@@ -167,7 +167,7 @@ class LabelsOracle(Oracle):
         table = self._table
         columns = {name: values[rows] for name, values in table.columns.items()}
         columns["label"] = table.label_names[columns["label"]]
-        return with_dtypes(pd.DataFrame({"frame": table.frames[rows], **columns}))
+        return with_dtypes({"frame": table.frames[rows], **columns})
 
 
 class PythonOracle(Oracle):

@@ -3,6 +3,7 @@ score, x1, y1, x2, y2`), one row per detected object, boxes in original pixels; 
 without detections has no row. Oracles return them, label files and indexes store them."""
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 DETECTION_COLUMNS = ["frame", "label", "score", "x1", "y1", "x2", "y2"]
@@ -27,10 +28,12 @@ def missing_columns(df: pd.DataFrame) -> list[str]:
     return [c for c in DETECTION_COLUMNS if c not in df.columns]
 
 
-def with_dtypes(df: pd.DataFrame) -> pd.DataFrame:
-    """A new DataFrame of `df`'s DETECTION_COLUMNS in the standard dtypes (built at once:
-    a column assigned at a time costs three times as much)."""
-    return pd.DataFrame({"frame": df["frame"].to_numpy().astype("int64", copy=False),
-                         "label": pd.array(df["label"].to_numpy(), dtype="str"),
-                         **{c: df[c].to_numpy().astype("float64", copy=False)
-                            for c in FLOAT_COLUMNS}}, index=df.index)
+def with_dtypes(df) -> pd.DataFrame:
+    """A new DataFrame of the DETECTION_COLUMNS of `df` (a DataFrame, keeping its index, or
+    a mapping of column arrays) in the standard dtypes, built at once: a column assigned at
+    a time costs three times as much."""
+    return pd.DataFrame({"frame": np.asarray(df["frame"]).astype("int64", copy=False),
+                         "label": pd.array(np.asarray(df["label"]), dtype="str"),
+                         **{c: np.asarray(df[c]).astype("float64", copy=False)
+                            for c in FLOAT_COLUMNS}},
+                        index=df.index if isinstance(df, pd.DataFrame) else None)
