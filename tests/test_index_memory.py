@@ -35,11 +35,12 @@ class NoiseFrames:
             yield idx, self.read(idx)
 
 
-def peak_bytes(fn):
+def traced_bytes(fn):
+    """(fn(), bytes it allocated and still holds, its peak)."""
     tracemalloc.start()
     try:
         out = fn()
-        return out, tracemalloc.get_traced_memory()[1]
+        return (out, *tracemalloc.get_traced_memory())
     finally:
         tracemalloc.stop()
 
@@ -47,10 +48,10 @@ def peak_bytes(fn):
 def test_pixel_embedding_memory_does_not_grow_with_frames_and_equals_the_in_memory_pca():
     size, n = (64, 36), 16_000
     tw, th = thumbnail_size(size, 24)
-    runs = {m: peak_bytes(lambda m=m: pixel_embeddings(NoiseFrames(m), size=size, dim=16,
+    runs = {m: traced_bytes(lambda m=m: pixel_embeddings(NoiseFrames(m), size=size, dim=16,
                                                        fit_frames=500, chunk=500, progress=False))
             for m in (n // 2, n)}
-    growth = runs[n][1] - runs[n // 2][1]
+    growth = runs[n][2] - runs[n // 2][2]  # peaks
     emb_growth = runs[n][0].nbytes - runs[n // 2][0].nbytes
     thumbnails_growth = (n // 2) * tw * th * 3  # 8 MB: what holding every thumbnail adds
     assert growth < emb_growth + thumbnails_growth / 4, (growth, emb_growth)
@@ -102,24 +103,14 @@ def test_fpf_and_knn_on_a_rowfile_equal_those_on_the_array():
     assert all(np.array_equal(a, b) for a, b in zip(got, want, strict=True))
 
 
-def held_bytes(fn):
-    """(fn(), memory it allocated and still holds)."""
-    tracemalloc.start()
-    try:
-        out = fn()
-        return out, tracemalloc.get_traced_memory()[0]
-    finally:
-        tracemalloc.stop()
-
-
 def test_a_built_index_maps_its_embeddings_instead_of_holding_them(tmp_path):
     """What a build keeps in memory grows per frame by its k nearest representatives (k = 5:
     40 bytes), not the embeddings (64 float32, 256 bytes): those were written to a file as
     they were made, and the index maps it until `save` copies it."""
-    runs = {n: held_bytes(lambda n=n: TastiIndex.build(NoiseFrames(n), empty_labels, reps=50,
+    runs = {n: traced_bytes(lambda n=n: TastiIndex.build(NoiseFrames(n), empty_labels, reps=50,
                                                        embedder="pixel", progress=False))
             for n in (8000, 16_000)}
-    per_frame = (runs[16_000][1] - runs[8000][1]) / 8000
+    per_frame = (runs[16_000][1] - runs[8000][1]) / 8000  # held
     assert per_frame < 100, per_frame
     index = runs[16_000][0]
     assert isinstance(index.embeddings, np.memmap) and index.embeddings.shape == (16_000, 64)
