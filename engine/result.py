@@ -42,6 +42,9 @@ class Report:
         if name == "oracle" and self.simulated_cost_ms is not None:
             return (f"oracle {seconds:.2f}s simulated ({self.simulated_cost_ms:g} ms a call "
                     f"stated by cost_ms; not measured, not part of the total)")
+        if name == "cracking":  # IndexStore.crack: the index grows on its own thread
+            return (f"cracking {seconds:.2f}s (reading the new representatives' labels; the "
+                    f"index grows after the answer)")
         return f"{name} {seconds:.2f}s"
 
     def summary(self) -> str:

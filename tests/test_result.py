@@ -71,3 +71,12 @@ def test_explain_report_shows_the_estimate_not_a_guarantee(traffic_db):
         summary = plan.report.summary()
         assert f"estimated oracle calls: {plan.df()['estimated_oracle_calls'][0]}" in summary
         assert "guarantee" not in summary and "simulated" in plan.df()["note"][0]
+
+
+def test_a_report_says_the_index_cracks_after_the_answer():
+    from vidql.engine.result import Report
+
+    report = Report(operator="limit")
+    report.seconds["cracking"] = 0.004
+    assert "cracking 0.00s (reading the new representatives' labels; the index grows after " \
+           "the answer)" in report.summary()
