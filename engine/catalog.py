@@ -693,7 +693,7 @@ class Catalog:
                                          lambda positions: self.locate(video, clip_map,
                                                                        positions))
             self._caches[key] = LabelCache(self.con, video, clip_map, o,
-                                           self._pixel_batches(video, clip_map),
+                                           self._pixel_batches(video, clip_map, o.prepare),
                                            journal=self.journal, progress=self.progress)
         return self._caches[key]
 
@@ -724,17 +724,20 @@ class Catalog:
         return ConcatSource([LowResSource(info, d if d.is_dir() else None)
                              for info, d in zip(self.clip_infos(name), dirs, strict=True)])
 
-    def _pixel_batches(self, name: str, clip_map: ClipMap):
+    def _pixel_batches(self, name: str, clip_map: ClipMap, prepare):
         """Original-resolution frames for the oracle, clip by clip, through the pipelined
-        runtime: (global positions, uint8 N×H×W×3) batches for ascending positions. One
-        decoder works ahead: a second takes cores the oracle needs (an exact YOLOX scan ran
-        at 1.0-1.3x the speed with one in 5 alternating rounds, a sampled query 1.16x)."""
+        runtime: (global positions, batch) for ascending positions, each batch what the
+        oracle's `prepare` makes of its uint8 N×H×W×3 pixels (on the pipeline's transform
+        thread, ahead of the oracle). One decoder works ahead: a second takes cores the
+        oracle needs (an exact YOLOX scan ran at 1.0-1.3x the speed with one in 5
+        alternating rounds, a sampled query 1.16x)."""
         from vidql.preprocess import frame_batches
 
         def clip_batches(positions: np.ndarray, batch_size: int):
             for o, local, _ in clip_map.pieces(positions):
                 with closing(frame_batches(self.clip_info(name, o), frames=local,
-                                           batch_size=batch_size, workers=1)) as batches:
+                                           batch_size=batch_size, workers=1,
+                                           transform=prepare)) as batches:
                     for ids, pixels in batches:
                         yield np.asarray(ids, dtype=np.int64) + clip_map.first[o], pixels
 

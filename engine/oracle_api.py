@@ -49,9 +49,16 @@ class Oracle(ABC):
     sources: tuple[Path, ...] = ()  # files whose bytes the identity hashes (labels, weights, code)
 
     @abstractmethod
-    def detect(self, frames: np.ndarray | None, frame_ids: np.ndarray) -> pd.DataFrame:
-        """Detections for a batch: frames (N×H×W×3 uint8 RGB, or None when needs_pixels is
-        False) with their frame numbers; returns DETECTION_COLUMNS rows, `frame` = frame_ids."""
+    def detect(self, frames, frame_ids: np.ndarray) -> pd.DataFrame:
+        """Detections for a batch: frames (N×H×W×3 uint8 RGB, what `prepare` made of them,
+        or None when needs_pixels is False) with their frame numbers; returns
+        DETECTION_COLUMNS rows, `frame` = frame_ids."""
+
+    def prepare(self, frames: np.ndarray):
+        """Pixel work on a batch (N×H×W×3 uint8 RGB) that can run ahead of `detect`, on the
+        thread that decodes the next batches (an ONNX detector letterboxes there); `detect`
+        then gets what this returns. By default the frames as they are."""
+        return frames
 
     def detect_in_clip(self, frames: np.ndarray | None, frame_ids: np.ndarray, clip: str,
                        only_clip: bool) -> pd.DataFrame:

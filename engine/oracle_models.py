@@ -2,20 +2,21 @@
 torch, torchvision and cv2 load when a detector first runs, not when a cached query builds it."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from vidql.errors import OracleError
-from vidql.detections import detections_frame
+from vidql.detections import FLOAT_COLUMNS, detections_frame, with_dtypes
 from .oracle_api import COCO_CLASSES, Oracle, file_digest
 from vidql.ranges import BATCH_SIZE, Bounds
 
 YOLO_INPUT_PAD = 114
 SCORE = Bounds(0.0, 1.0)    # minimum detection confidence kept
 NMS_IOU = Bounds(0.0, 1.0)  # IoU above which class-wise NMS drops the weaker box
-THREAD_TRIALS = 3  # timed runs per intra-op thread setting when choosing one
+THREAD_TRIALS = 4  # timed trials per thread setting when choosing one
 
 
 def _class_wise_nms(boxes: np.ndarray, scores: np.ndarray, classes: np.ndarray,
@@ -71,6 +72,7 @@ class OnnxDetector(Oracle):
         self.path, self.providers = path, providers
         # on the CPU, intra-op threads are chosen by measurement on the first batch
         self.threads_chosen = "CUDAExecutionProvider" in self.session.get_providers()
+        self.runs, self._pool = 1, None  # network runs at once (threads of `_pool`)
         inp = self.session.get_inputs()[0]
         if len(inp.shape) != 4 or not all(isinstance(d, int) for d in inp.shape[2:]):
             raise OracleError(f"ONNX model '{path}' must take N×3×H×W images with fixed H, W; "
@@ -83,20 +85,32 @@ class OnnxDetector(Oracle):
         self.batch_size = batch_size
         self.identity = f"onnx:{name}:{file_digest(path)}:score={score}:nms={nms}"
         self._grids = _yolox_grids(self.input_hw[0]) if self.input_hw[0] == self.input_hw[1] else None
-        self._input = None  # the network input array, reused batch after batch
+        # network input arrays free for the next batch: `prepare` may run on the decoding
+        # thread while `detect` runs the previous batch, so each batch in flight has its
+        # own, returned here after its run (kept: a fresh array costs its page faults)
+        self._free_inputs: list[np.ndarray] = []
+        self._known_layout = None if layout == "auto" else layout  # auto: after the first run
 
-    def _prepare(self, frames: np.ndarray, yolox: bool) -> tuple[np.ndarray, list[tuple]]:
+    def prepare(self, frames: np.ndarray) -> "Letterboxed":
+        """The letterboxed network input of a batch (the model's layout, or YOLOX's until
+        the first run tells): pixel work that runs ahead of inference."""
+        return self._letterbox(frames, self._known_layout != "yolov8")
+
+    def _letterbox(self, frames: np.ndarray, yolox: bool) -> "Letterboxed":
         """The network input, N×3×H×W float32 (YOLOX: BGR at the top-left of a letterbox
         padded with 114; YOLOv8: RGB centred, /255), and each frame's (scale, (left, top)).
-        Each frame is resized, then written into one array (reused by the next batch) with
-        its channels in the model's order (the same pixels as reordering first, on far
-        fewer of them)."""
+        Each frame is resized, then written into a reused array with its channels in the
+        model's order (the same pixels as reordering first, on far fewer of them)."""
         import cv2
 
         th, tw = self.input_hw
-        if self._input is None or len(self._input) < len(frames):  # kept: no page faults
-            self._input = np.empty((len(frames), 3, th, tw), dtype=np.float32)
-        blobs = self._input[:len(frames)]
+        try:
+            spare = self._free_inputs.pop()
+        except IndexError:
+            spare = None
+        if spare is None or len(spare) < len(frames):
+            spare = np.empty((len(frames), 3, th, tw), dtype=np.float32)
+        blobs = spare[:len(frames)]
         blobs.fill(YOLO_INPUT_PAD)
         geometry = []
         for blob, frame in zip(blobs, frames, strict=True):  # frames are RGB
@@ -110,7 +124,7 @@ class OnnxDetector(Oracle):
             geometry.append((r, (left, top)))
         if not yolox:
             blobs /= 255.0
-        return blobs, geometry
+        return Letterboxed(frames, spare, blobs, geometry, yolox)
 
     def _decode(self, out: np.ndarray, layout: str) -> tuple[np.ndarray, np.ndarray]:
         """Centre boxes (A×4, input pixels) and class scores (A×C) of one image's anchors
@@ -142,68 +156,113 @@ class OnnxDetector(Oracle):
                           f"{out_shape}; set layout = 'yolox' or 'yolov8'")
 
     def _choose_threads(self, blobs: np.ndarray) -> None:
-        """Keep the session (1 intra-op thread, one per core, or onnxruntime's default)
-        that runs a frame of `blobs` fastest here, each timed THREAD_TRIALS times in turn
-        (a load spike hits every setting) and judged by its best run; within 10% of the
-        fastest, fewer threads win: extra threads cost CPU that decoding needs."""
+        """Keep the setting that labels frames fastest here: one-thread runs, on one frame
+        at a time or on as many at once as there are cores (onnxruntime releases the GIL,
+        so they overlap: on 2 cores 1.5x the frames of one run, against 1.0-1.7x for two
+        intra-op threads, whose split work stalls when decoding takes a core), or one
+        run with one intra-op thread per core, or onnxruntime's default. Each setting
+        labels one frame per core, twice to warm up and then THREAD_TRIALS times, judged
+        by its best trial; the one-thread settings go first, as the idle threads of a
+        multi-threaded session slow what runs after them. Within 10% of the fastest,
+        fewer threads win: extra threads cost CPU that decoding needs."""
         import os
         import time
 
         import onnxruntime as ort
 
+        cores = os.cpu_count() or 1
         sessions = {0: self.session}
-        for threads in sorted({1, os.cpu_count() or 1}):
+        for threads in sorted({1, cores}):
             options = ort.SessionOptions()
             options.intra_op_num_threads = threads
             sessions[threads] = ort.InferenceSession(str(self.path), options,
                                                      providers=self.providers)
-        timings = {threads: [] for threads in sessions}
-        for trial in range(THREAD_TRIALS + 1):  # the first run of each is a warm-up
-            for threads, session in sessions.items():
+        settings = list(dict.fromkeys([(1, 1), (1, cores), (cores, 1), (0, 1)]))
+        frames = np.repeat(blobs[:1], cores, axis=0)
+        best = {}
+        for threads, runs in settings:
+            self.session, self.runs = sessions[threads], runs
+            times = []
+            for _ in range(THREAD_TRIALS + 2):
                 t0 = time.perf_counter()
-                session.run(None, {self.input_name: blobs[:1]})
-                if trial:
-                    timings[threads].append(time.perf_counter() - t0)
-        best = {threads: min(times) for threads, times in timings.items()}
-        fast = [threads for threads in best if best[threads] <= 1.1 * min(best.values())]
-        self.threads = min(fast, key=lambda threads: threads or len(sessions) + os.cpu_count())
-        self.session = sessions[self.threads]
+                self._infer(frames)
+                times.append(time.perf_counter() - t0)
+            best[(threads, runs)] = min(times[2:])
+        fast = [setting for setting in settings if best[setting] <= 1.1 * min(best.values())]
+        # fewest threads in all (the default counts as more than any), then fewest intra-op
+        threads, self.runs = min(fast, key=lambda s: ((s[0] or cores + 1) * s[1], s[0] or cores + 1))
+        self.threads, self.session = threads, sessions[threads]
         self.threads_chosen = True
 
     def _run(self, blobs: np.ndarray) -> np.ndarray:
         if not self.threads_chosen:
             self._choose_threads(blobs)
-        if self.fixed_batch == 1:
-            return np.concatenate([self.session.run(None, {self.input_name: b[None]})[0]
-                                   for b in blobs])
-        return self.session.run(None, {self.input_name: blobs})[0]
+        return self._infer(blobs)
 
-    def detect(self, frames: np.ndarray, frame_ids: np.ndarray) -> pd.DataFrame:
-        layout = self.layout if self.layout != "auto" else None
-        yolox = layout != "yolov8"  # auto: guess yolox for preprocessing, verify on output
-        blobs, geometry = self._prepare(frames, yolox)
-        outputs = self._run(blobs)
-        layout = self._layout(outputs.shape)
-        if (layout == "yolox") != yolox:
-            blobs, geometry = self._prepare(frames, layout == "yolox")
-            outputs = self._run(blobs)
-        rows = []
-        for frame_id, frame, (r, (left, top)), out in zip(frame_ids, frames, geometry, outputs, strict=True):
-            centres, scores = self._decode(np.asarray(out, dtype=np.float32), layout)
-            anchor, cls = np.nonzero(scores >= self.score)
-            if len(anchor) == 0:
-                continue
-            c = centres[anchor]
-            boxes = np.stack([c[:, 0] - c[:, 2] / 2, c[:, 1] - c[:, 3] / 2,
-                              c[:, 0] + c[:, 2] / 2, c[:, 1] + c[:, 3] / 2], 1)
-            conf = scores[anchor, cls]
-            keep = _class_wise_nms(boxes, conf, cls, self.nms)
-            h, w = frame.shape[:2]
-            boxes = (boxes[keep] - [left, top, left, top]) / r
-            boxes = np.clip(boxes, 0, [w, h, w, h])
-            rows.extend((int(frame_id), self.classes[k], float(s), *map(float, b))
-                        for k, s, b in zip(cls[keep], conf[keep], boxes, strict=True))
-        return detections_frame(rows)
+    def _infer(self, blobs: np.ndarray) -> np.ndarray:
+        """The network's output for `blobs`: a frame a run when its batch is fixed at 1,
+        else `runs` parts; with `runs` > 1 that many run at once."""
+        if self.fixed_batch not in (None, 1):
+            return self.session.run(None, {self.input_name: blobs})[0]
+        step = 1 if self.fixed_batch == 1 else -(-len(blobs) // self.runs)
+        parts = [blobs[start:start + step] for start in range(0, len(blobs), step)]
+        run = lambda part: self.session.run(None, {self.input_name: part})[0]  # noqa: E731
+        if self.runs == 1 or len(parts) == 1:
+            return np.concatenate([run(part) for part in parts])
+        if self._pool is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._pool = ThreadPoolExecutor(self.runs, thread_name_prefix="vidql-onnx")
+        return np.concatenate(list(self._pool.map(run, parts)))
+
+    def detect(self, frames, frame_ids: np.ndarray) -> pd.DataFrame:
+        batch = frames if isinstance(frames, Letterboxed) else self.prepare(frames)
+        try:
+            outputs = self._run(batch.blobs)
+            layout = self._layout(outputs.shape)
+            if (layout == "yolox") != batch.yolox:  # `auto` guessed YOLOX for the first batch
+                self._free_inputs.append(batch.spare)
+                batch = self._letterbox(batch.frames, layout == "yolox")
+                outputs = self._run(batch.blobs)
+        finally:
+            self._free_inputs.append(batch.spare)
+        self._known_layout = layout
+        found = [self._detections(out, layout, frame.shape[:2], *where)
+                 for frame, where, out in zip(batch.frames, batch.geometry, outputs, strict=True)]
+        counts = [len(f[0]) for f in found]
+        if not sum(counts):
+            return detections_frame([])
+        cls, conf, boxes = (np.concatenate([f[i] for f in found]) for i in range(3))
+        return with_dtypes({"frame": np.repeat(np.asarray(frame_ids, dtype=np.int64), counts),
+                            "label": np.asarray(self.classes, dtype=object)[cls],
+                            "score": conf, **dict(zip(FLOAT_COLUMNS[1:], boxes.T, strict=True))})
+
+    def _detections(self, out: np.ndarray, layout: str, hw: tuple[int, int], r: float,
+                    offset: tuple[int, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(classes, scores, boxes in the frame's pixels) kept by NMS for one image."""
+        centres, scores = self._decode(np.asarray(out, dtype=np.float32), layout)
+        anchor, cls = np.nonzero(scores >= self.score)
+        c = centres[anchor]
+        boxes = np.stack([c[:, 0] - c[:, 2] / 2, c[:, 1] - c[:, 3] / 2,
+                          c[:, 0] + c[:, 2] / 2, c[:, 1] + c[:, 3] / 2], 1)
+        conf = scores[anchor, cls]
+        keep = _class_wise_nms(boxes, conf, cls, self.nms)
+        (h, w), (left, top) = hw, offset
+        boxes = np.clip((boxes[keep] - [left, top, left, top]) / r, 0, [w, h, w, h])
+        return cls[keep], conf[keep], boxes.reshape(-1, 4)
+
+
+@dataclass
+class Letterboxed:
+    """A batch made ready for an ONNX detector (`OnnxDetector.prepare`): the frames, the
+    network input `blobs` (a view of `spare`, the array it borrows), each frame's (scale,
+    (left, top)), and whether it is laid out for YOLOX."""
+
+    frames: np.ndarray
+    spare: np.ndarray
+    blobs: np.ndarray
+    geometry: list[tuple]
+    yolox: bool
 
 
 class TorchvisionDetector(Oracle):
