@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from .dialect_lex import Token, connection, string_value, tokenize
-from vidql.detections import DETECTION_COLUMNS
+from vidql.detections import DETECTION_COLUMNS, DetectionArrays
 from vidql.errors import QueryError
 
 FRAME_FUNCTIONS = ("objects", "contains")
@@ -231,14 +231,14 @@ def count_sql(key: tuple[str | None, float]) -> str:
     return FrameFunction("objects", *key).aggregate_sql()
 
 
-def count_detections(key: tuple[str | None, float], labels: np.ndarray, scores: np.ndarray,
-                     rows: np.ndarray, n: int) -> np.ndarray:
-    """Per-frame counts of `key` from detection arrays; `rows` gives each detection's frame
-    position in 0..n-1. Matches `count_sql` (labels are never NULL in the cache)."""
+def count_detections(key: tuple[str | None, float], det: DetectionArrays, rows: np.ndarray,
+                     n: int) -> np.ndarray:
+    """Per-frame counts of `key` in `det`; `rows` gives each detection's frame position in
+    0..n-1. Matches `count_sql` (labels are never NULL in the cache)."""
     label, min_score = key
-    keep = np.ones(len(rows), dtype=bool) if label is None else labels == label
+    keep = np.ones(len(rows), dtype=bool) if label is None else det.codes == det.label_code(label)
     if min_score:
-        keep &= scores >= min_score
+        keep &= det.values[:, 0] >= min_score
     return np.bincount(rows[keep], minlength=n)
 
 

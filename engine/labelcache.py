@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
-from vidql.detections import DETECTION_COLUMNS, empty_detections, with_dtypes
+from vidql.detections import DETECTION_COLUMNS, DetectionArrays, empty_detections, with_dtypes
 from vidql.errors import OracleError, VidqlError
 from .clips import ClipMap
 from .framestat import FrameExpr, FrameStatistics, count_detections, count_sql
@@ -216,24 +216,23 @@ class LabelCache:
         if found is None:  # checking its output is the engine's time
             det = check_detections(det, local, self.oracle)
         else:  # labelled elsewhere (Ray actors), by global position: numbered in the clip
-            det = check_detections(found[0], ids, self.oracle)
-            det = det.assign(frame=det["frame"] - self.clip_map.first[ordinal[0]])
-        rows = pd.Index(local).get_indexer(det["frame"].to_numpy())
+            det = check_detections(found[0], ids, self.oracle).shifted(
+                -int(self.clip_map.first[ordinal[0]]))
+        rows = pd.Index(local).get_indexer(det.frame)
         self._cost = [self._cost[0] + len(ids), self._cost[1] + t2 - t1]
         self._journal(clip, local, det, np.bincount(rows, minlength=len(ids)),
                       self._cost if last else None)
         if last:
             self._cost = [0, 0.0]
-        labels, scores = det["label"].to_numpy(object), det["score"].to_numpy(np.float64)
         for key, counts in self._counts.items():
-            counts[ids] = count_detections(key, labels, scores, rows, len(ids))
+            counts[ids] = count_detections(key, det, rows, len(ids))
         self._labelled[ids] = True
         self.stats.oracle_calls += len(ids)
         self.stats.decode_seconds += wait
         cost = self.oracle.simulated_cost_ms
         self.stats.oracle_seconds += (t2 - t1) if cost is None else cost * len(ids) / 1000
 
-    def _journal(self, clip: str, frames: np.ndarray, det: pd.DataFrame, counts: np.ndarray,
+    def _journal(self, clip: str, frames: np.ndarray, det: DetectionArrays, counts: np.ndarray,
                  cost: list | None) -> None:
         """Make one batch of `clip` durable in the journal: its detections and frames, both
         numbered within the clip, each frame's detection count and, when given, the
@@ -256,8 +255,8 @@ class LabelCache:
         waiting, parts = np.zeros(len(wanted), dtype=bool), []
         for first, b in self._pending_batches():
             waiting |= np.isin(wanted, first + b.frames)
-            det = b.detections[np.isin(b.detections["frame"].to_numpy() + first, wanted)]
-            parts.append(det.assign(frame=det["frame"] + first))
+            det = b.detections.shifted(first)
+            parts.append(det.where(np.isin(det.frame, wanted)).to_frame())
         rest = wanted[~waiting]
         if len(rest):
             with self._wanted(rest):
@@ -314,11 +313,8 @@ class LabelCache:
             return
         counts = self._counts[key] = np.full(self.n_frames, -1, dtype=np.int32)
         for first, b in self._pending_batches():
-            det = b.detections
-            rows = pd.Index(b.frames).get_indexer(det["frame"].to_numpy())
-            counts[first + b.frames] = count_detections(
-                key, det["label"].to_numpy(object), det["score"].to_numpy(np.float64),
-                rows, len(b.frames))
+            rows = pd.Index(b.frames).get_indexer(b.detections.frame)
+            counts[first + b.frames] = count_detections(key, b.detections, rows, len(b.frames))
 
     def _load_counts(self, frames: np.ndarray, keys: list[tuple]) -> None:
         """Counts of frames labelled before this cache saw them, computed where the labels

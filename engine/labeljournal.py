@@ -28,9 +28,10 @@ import duckdb
 import numpy as np
 import pandas as pd
 
+from vidql.detections import FLOAT_COLUMNS, DetectionArrays
+
 MAGIC = b"VQJ1"
 HEAD = struct.Struct("<4sQI")  # magic, payload length, crc32
-BOXES = ("score", "x1", "y1", "x2", "y2")
 FLUSH_FRAMES = 50_000  # pending frames that trigger a merge (bounds the memory they hold)
 FLUSH_ROWS = 500_000  # pending detection rows likewise
 
@@ -45,21 +46,20 @@ class LabelBatch:
     clip: str
     frames: np.ndarray  # int64, within the clip
     counts: np.ndarray  # detections per frame
-    detections: pd.DataFrame  # frame (within the clip), label, score, x1, y1, x2, y2
+    detections: DetectionArrays  # frames within the clip
     cost: list | None = None
 
     def encode(self) -> bytes:
         det = self.detections
-        codes, names = pd.factorize(det["label"].array)
         header = json.dumps({"video": self.video, "oracle": self.oracle, "clip": self.clip,
                              "frames": len(self.frames), "rows": len(det),
-                             "labels": [str(n) for n in names], "cost": self.cost}).encode()
+                             "labels": list(det.names), "cost": self.cost}).encode()
         parts = [struct.pack("<I", len(header)), header,
                  np.ascontiguousarray(self.frames, dtype="<i8").tobytes(),
                  np.ascontiguousarray(self.counts, dtype="<i4").tobytes(),
-                 det["frame"].to_numpy("<i8").tobytes(), codes.astype("<i4").tobytes(),
-                 np.column_stack([det[c].to_numpy("<f8") for c in BOXES]).tobytes()
-                 if len(det) else b""]
+                 np.ascontiguousarray(det.frame, dtype="<i8").tobytes(),
+                 np.ascontiguousarray(det.codes, dtype="<i4").tobytes(),
+                 np.ascontiguousarray(det.values, dtype="<f8").tobytes()]
         return b"".join(parts)
 
     @classmethod
@@ -72,14 +72,11 @@ class LabelBatch:
             nonlocal at
             arr = np.frombuffer(payload, dtype=dtype, count=count, offset=at)
             at += arr.nbytes
-            return arr
+            return arr.copy()
 
-        frames, counts = take("<i8", n).copy(), take("<i4", n).copy()
-        det_frames, codes = take("<i8", m), take("<i4", m)
-        boxes = take("<f8", 5 * m).reshape(m, 5)
-        labels = np.asarray(head["labels"], dtype=object)[codes] if m else np.array([], object)
-        det = pd.DataFrame({"frame": det_frames.copy(), "label": labels,
-                            **{c: boxes[:, i].copy() for i, c in enumerate(BOXES)}})
+        frames, counts = take("<i8", n), take("<i4", n)
+        det = DetectionArrays(take("<i8", m), take("<i4", m), tuple(head["labels"]),
+                              take("<f8", len(FLOAT_COLUMNS) * m).reshape(m, len(FLOAT_COLUMNS)))
         return cls(head["video"], head["oracle"], head["clip"], frames, counts, det, head["cost"])
 
 
@@ -194,7 +191,7 @@ def _insert(con, groups: dict, costs: dict, *, skip_recorded: bool) -> None:
     con.execute("BEGIN TRANSACTION")
     try:
         for key, group in groups.items():
-            det = pd.concat([b.detections for b in group], ignore_index=True)
+            det = pd.concat([b.detections.to_frame() for b in group], ignore_index=True)
             if len(det):
                 con.register("__vidql_det", det)
                 con.execute("INSERT INTO vidql.labels SELECT $1, $2, $3, frame, label, score, "

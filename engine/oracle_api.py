@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from vidql.errors import OracleError
-from vidql.detections import FLOAT_COLUMNS, missing_columns
+from vidql.detections import DetectionArrays, missing_columns
 
 COCO_CLASSES = (
     "person bicycle car motorcycle airplane bus train truck boat traffic_light fire_hydrant "
@@ -76,9 +76,9 @@ class Oracle(ABC):
         return f"{type(self).__name__} {self.identity}"
 
 
-def check_detections(df: pd.DataFrame, frame_ids: np.ndarray, oracle: Oracle) -> pd.DataFrame:
+def check_detections(df: pd.DataFrame, frame_ids: np.ndarray, oracle: Oracle) -> DetectionArrays:
     """Validate an oracle's output before it is cached, so a buggy oracle cannot poison it;
-    returns a new DataFrame of DETECTION_COLUMNS (frame int64, label str), built from arrays."""
+    returns its detections as arrays (new ones: the oracle's frame is not kept)."""
     missing = missing_columns(df)
     if missing:
         raise OracleError(f"oracle {oracle.name!r} returned detections without columns {missing}")
@@ -87,9 +87,7 @@ def check_detections(df: pd.DataFrame, frame_ids: np.ndarray, oracle: Oracle) ->
     if stray.any():
         raise OracleError(f"oracle {oracle.name!r} returned detections for frames it was not "
                           f"asked about: {sorted(set(frame[stray].tolist()))[:5]}")
-    floats = {c: df[c].to_numpy() for c in FLOAT_COLUMNS}
-    if df["label"].isna().any() or any(pd.isna(v).any() for v in floats.values()):
+    det = DetectionArrays.of(df)
+    if (det.codes < 0).any() or np.isnan(det.values).any():
         raise OracleError(f"oracle {oracle.name!r} returned detections with missing values")
-    label = df["label"] if df["label"].dtype == "str" else df["label"].astype("str")
-    return pd.DataFrame({"frame": frame.astype(np.int64, copy=False), "label": label.array,
-                         **floats})
+    return det

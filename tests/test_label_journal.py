@@ -41,7 +41,8 @@ def test_batches_wait_in_the_journal_until_the_catalog_tables_are_read(small_tra
         records = read_records((db.artifacts / "labels.journal").read_bytes())
         assert len(records) == waiting
         for record, batch in zip(records, db.catalog.journal.pending, strict=True):
-            pd.testing.assert_frame_equal(record.detections, batch.detections)  # bit for bit
+            pd.testing.assert_frame_equal(record.detections.to_frame(),  # bit for bit
+                                          batch.detections.to_frame())
             np.testing.assert_array_equal(record.frames, batch.frames)
         labelled = len(cache.labelled_frames)
         (inside,) = cache.true_values("objects('bus')")(np.arange(labelled))

@@ -200,8 +200,9 @@ def test_statistics_need_few_statements(monkeypatch):
 
 
 def test_bad_oracle_output_is_refused_before_caching():
-    """The array-built check still refuses missing columns, detections of frames not asked
-    about and missing values, and returns the standard columns and dtypes."""
+    """The check refuses missing columns, detections of frames not asked about and missing
+    values, and returns the detections as new arrays (label codes, float64 values) that give
+    back the standard columns and dtypes."""
     import pandas as pd
     import pytest
 
@@ -214,8 +215,12 @@ def test_bad_oracle_output_is_refused_before_caching():
                          "score": [0.9, 0.8, 0.7], "x1": [1.0] * 3, "y1": [2.0] * 3,
                          "x2": [3.0] * 3, "y2": [4.0] * 3, "extra": [0] * 3}, index=[7, 8, 9])
     checked = check_detections(good, np.array([3, 5]), oracle)
-    assert list(checked.columns) == DETECTION_COLUMNS and list(checked.index) == [0, 1, 2]
-    assert checked["frame"].dtype == np.int64 and checked["label"].tolist() == ["car", "bus", "car"]
+    assert checked.names == ("car", "bus") and checked.codes.tolist() == [0, 1, 0]
+    assert checked.values.dtype == np.float64 and checked.values[:, 0].tolist() == [0.9, 0.8, 0.7]
+    assert not np.shares_memory(checked.frame, good["frame"].to_numpy())
+    table = checked.to_frame()
+    assert list(table.columns) == DETECTION_COLUMNS and list(table.index) == [0, 1, 2]
+    assert table["frame"].dtype == np.int64 and table["label"].tolist() == ["car", "bus", "car"]
     with pytest.raises(OracleError, match="without columns"):
         check_detections(good.drop(columns="x2"), np.array([3, 5]), oracle)
     with pytest.raises(OracleError, match=r"not asked about: \[5\]"):

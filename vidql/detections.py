@@ -3,6 +3,8 @@ score, x1, y1, x2, y2`), one row per detected object, boxes in original pixels; 
 without detections has no row. Oracles return them, label files and indexes store them."""
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
+
 import numpy as np
 import pandas as pd
 
@@ -37,3 +39,48 @@ def with_dtypes(df) -> pd.DataFrame:
                          **{c: np.asarray(df[c]).astype("float64", copy=False)
                             for c in FLOAT_COLUMNS}},
                         index=df.index if isinstance(df, pd.DataFrame) else None)
+
+
+@dataclass(frozen=True)
+class DetectionArrays:
+    """Detections as arrays, as the label cache keeps an oracle batch: `frame` (int64),
+    `codes` (int32) into `names` (the labels), and `values` (m×5 float64: score, x1, y1,
+    x2, y2). Counting, journalling and shifting them costs no DataFrame."""
+
+    frame: np.ndarray
+    codes: np.ndarray
+    names: tuple[str, ...]
+    values: np.ndarray
+
+    @classmethod
+    def of(cls, df: pd.DataFrame) -> "DetectionArrays":
+        """New arrays of a DETECTION_COLUMNS DataFrame; a missing label gets code -1."""
+        label = df["label"] if df["label"].dtype == "str" else df["label"].astype("str")
+        codes, names = pd.factorize(label.array)
+        values = np.empty((len(df), len(FLOAT_COLUMNS)))
+        for i, c in enumerate(FLOAT_COLUMNS):
+            values[:, i] = df[c].to_numpy()
+        return cls(df["frame"].to_numpy().astype(np.int64), codes.astype(np.int32),
+                   tuple(str(n) for n in names), values)
+
+    def __len__(self) -> int:
+        return len(self.frame)
+
+    def label_code(self, label: str) -> int:
+        """The code of `label`, or -1 when no detection has it."""
+        return self.names.index(label) if label in self.names else -1
+
+    def shifted(self, by: int) -> "DetectionArrays":
+        """The same detections with `by` added to every frame number."""
+        return replace(self, frame=self.frame + by)
+
+    def where(self, keep: np.ndarray) -> "DetectionArrays":
+        """The detections where boolean `keep` holds."""
+        return replace(self, frame=self.frame[keep], codes=self.codes[keep],
+                       values=self.values[keep])
+
+    def to_frame(self) -> pd.DataFrame:
+        """The DETECTION_COLUMNS DataFrame, in the standard dtypes."""
+        return with_dtypes({"frame": self.frame,
+                            "label": np.asarray(self.names, dtype=object)[self.codes],
+                            **{c: self.values[:, i] for i, c in enumerate(FLOAT_COLUMNS)}})
