@@ -320,11 +320,12 @@ class LabelCache:
         """Counts of frames labelled before this cache saw them, computed where the labels
         live, in one statement (frames in the journal are counted by `_count_key`)."""
         cols = ", ".join(f"{count_sql(k)} AS c{i}" for i, k in enumerate(keys))
-        with self._wanted(frames):
-            got = self.con.execute(
-                f"SELECT w.position, {cols} FROM vidql.labels l JOIN __vidql_want w ON "
-                "l.clip = w.clip AND l.frame = w.frame WHERE l.video = ? AND l.oracle = ? "
-                "GROUP BY w.position", [self.video, self.oracle.identity]).fetchnumpy()
+        got = self.con.execute(
+            f"SELECT w.position, {cols} FROM vidql.labels l JOIN vidql.clips c ON "
+            "c.video = l.video AND c.clip = l.clip JOIN (SELECT unnest($3) AS position) w ON "
+            "w.position = c.first_frame + l.frame WHERE l.video = $1 AND l.oracle = $2 "
+            "GROUP BY w.position", [self.video, self.oracle.identity, frames.tolist()]
+        ).fetchnumpy()
         hit = np.asarray(got["position"], dtype=np.int64)
         for i, k in enumerate(keys):
             self._counts[k][frames] = 0  # labelled frames without rows have no detections
