@@ -250,6 +250,16 @@ def _rows(name: str, figures: dict, statistics: dict) -> list[dict]:
     return rows
 
 
+def engine_source(video: Path):
+    """The frame source `CREATE INDEX` builds from for a video loaded without a rendition
+    (the catalog's `lowres_source`): decoded ahead on the pipeline's threads, not in the
+    caller's as a bare FrameReader would be."""
+    from vidql.preprocess.concat import ConcatSource, LowResSource
+    from vidql.preprocess.probe import probe_video
+
+    return ConcatSource([LowResSource(probe_video(video))])
+
+
 def embedding_pass_rates(source, index: TastiIndex, size, frames: int = 2000) -> dict:
     """Frames/s of the build's embedding pass against, side by side, decoding alone and the
     embedder's forward pass alone (on `frames` frames, same threads as the build), and
@@ -328,16 +338,13 @@ def _clip_statistics(detections: pd.DataFrame, n_frames: int, top: int = 3) -> d
                    "per-query CNN proxies at the same oracle budget")
 def run_index(ctx: BenchContext) -> ScenarioResult:
     from vidql.datasets import ensure_traffic, read_labels
-    from vidql.preprocess.frames import FrameReader
 
     n_frames = ctx.size(10_000, 100_000, tiny=1500)
     video, labels = ensure_traffic(ctx.cache_dir, n_frames, seed=ctx.seed)
-    source = FrameReader(video)
-    rows, synthetic = compare("synthetic-traffic", source, read_labels(labels), n_frames, None,
-                              STATISTICS, size=SIZE, seed=ctx.seed,
+    rows, synthetic = compare("synthetic-traffic", engine_source(video), read_labels(labels),
+                              n_frames, None, STATISTICS, size=SIZE, seed=ctx.seed,
                               triplets=ctx.size(None, None, tiny=300),
                               crack=n_frames // 200)
-    source.close()
     figures = {"synthetic-traffic": synthetic, "oracle_ms_per_call_simulated": ORACLE_MS,
                "propagation_1m_frames_s": round(propagation_seconds_1m(
                    ctx.seed, n_frames=ctx.size(1_000_000, 1_000_000, tiny=20_000),
@@ -346,17 +353,17 @@ def run_index(ctx: BenchContext) -> ScenarioResult:
                  VIDQL: figures["propagation_1m_frames_s"],
                  PIXEL: figures["propagation_1m_frames_s"], PER_QUERY: "n/a"})
     for video, label_file in _real_clips(ctx):
-        with FrameReader(video) as clip:
-            n = len(clip)
-            detections = read_labels(label_file)
-            stats = _clip_statistics(detections, n)
-            if not stats:
-                continue
-            w, h = clip.info.width, clip.info.height
-            size = (64, max(8, round(64 * h / w / 2) * 2))
-            clip_rows, figures[video.name] = compare(
-                video.name, clip, detections, n, max(50, n // 10), stats, size=size,
-                seed=ctx.seed, triplets=4000)
+        clip = engine_source(video)
+        n = clip.n_frames
+        detections = read_labels(label_file)
+        stats = _clip_statistics(detections, n)
+        if not stats:
+            continue
+        w, h = clip.sources[0].info.width, clip.sources[0].info.height
+        size = (64, max(8, round(64 * h / w / 2) * 2))
+        clip_rows, figures[video.name] = compare(
+            video.name, clip, detections, n, max(50, n // 10), stats, size=size,
+            seed=ctx.seed, triplets=4000)
         rows += clip_rows
     return ScenarioResult(figures=figures, table=rows, notes=_notes(figures, synthetic),
                           plots=_plot(ctx, synthetic))

@@ -15,7 +15,7 @@ from tqdm.auto import tqdm
 
 from vidql.errors import VidqlError
 from vidql.preprocess.pipeline import decoder_threads
-from .network import decoders_beside_torch, to_tensor, torch_device
+from .network import decoding_beside_torch, to_tensor, torch_device
 from .rowfile import RowFile
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -56,8 +56,8 @@ def embed_source(source, embed_batch: Callable[[np.ndarray], np.ndarray], dim: i
     (all by default) in order, in chunks through `chunk_map` when given (whole sources
     only); returns a (stop - start)×dim array of `dtype`, or with `on_disk` a RowFile the
     rows were written to as they came (so they are never all in memory). With `network`
-    (`embed_batch` runs a torch network), decoding leaves the network its cores
-    (`decoders_beside_torch`)."""
+    (`embed_batch` runs a torch network), decoding takes what the network leaves
+    (`decoding_beside_torch`)."""
     stop = source_length(source) if stop is None else int(stop)
     out = new_rows(stop - start, dim, dtype, on_disk)
     seen = 0
@@ -70,7 +70,7 @@ def embed_source(source, embed_batch: Callable[[np.ndarray], np.ndarray], dim: i
         else:
             chunks = ((np.asarray(indices), embed_batch(batch)) for indices, batch
                       in source.iter_batches(batch_size, start, stop, size=size))
-        with decoder_threads(decoders_beside_torch() if network else None):
+        with decoding_beside_torch() if network else decoder_threads(None):
             for indices, rows in chunks:
                 out[indices - start] = rows
                 seen += len(indices)

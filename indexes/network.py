@@ -10,8 +10,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from vidql.preprocess.pipeline import cpu_count
+from vidql.preprocess.pipeline import cpu_count, decoder_threads
 from vidql.preprocess.transforms import Normalize
+
+DECODER_NICE = 10  # priority steps below the network's for decoders beside it
 
 
 def _conv(cin: int, cout: int, stride: int) -> nn.Sequential:
@@ -67,15 +69,17 @@ def cpu_threads(n: int, blas: int = 1):
         torch.set_num_threads(previous)
 
 
-def decoders_beside_torch() -> int | None:
-    """Decoder threads for a pass that runs a network beside the decoding: on the CPU, the
-    cores the torch threads leave (at least one; with a decoder per core the CNN lost its
-    core: 0.75-0.81 of the slower of decode-only and forward-only on synthetic traffic,
-    0.84-0.85 with one decoder beside a 1-thread CNN on 2 cores); on a GPU, None (one per
-    core)."""
+def decoding_beside_torch():
+    """Decoder settings (`decoder_threads`) for a pass that runs a network beside the
+    decoding: on the CPU, a decoder per core at low priority, so the network keeps the core
+    its thread needs and decoding takes every cycle it leaves. Of the slower of decode-only
+    and forward-only on 2 cores (3 runs each): synthetic traffic 0.76-0.79 (one decoder:
+    0.71-0.94), highway 0.80-0.83 (0.76-0.94), indoor_people 0.62-0.74 (0.48-0.49),
+    ua_detrac 0.82-0.92 (0.67-0.81); the last two decode slower than the CNN runs. On a
+    GPU, a decoder per core at normal priority."""
     if torch_device() != "cpu":
-        return None
-    return max(1, cpu_count() - torch.get_num_threads())
+        return decoder_threads(None)
+    return decoder_threads(None, nice=DECODER_NICE)
 
 
 def release_free_memory() -> None:

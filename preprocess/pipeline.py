@@ -68,18 +68,31 @@ def cpu_count() -> int:
         return os.cpu_count() or 1
 
 
-_DECODERS: ContextVar[int | None] = ContextVar("vidql_decoders", default=None)
+_DECODERS: ContextVar[tuple[int | None, int]] = ContextVar("vidql_decoders", default=(None, 0))
 
 
 @contextmanager
-def decoder_threads(n: int | None):
+def decoder_threads(n: int | None, nice: int = 0):
     """Pipelines started inside (and given no `workers`) decode with `n` threads instead of
-    one per core: for a pass whose consumer needs cores of its own, a CNN on the CPU."""
-    token = _DECODERS.set(None if n is None else max(1, int(n)))
+    one per core (None), each `nice` steps below the caller's priority (Linux; elsewhere
+    as they are): for a pass whose consumer needs a core of its own, a CNN on the CPU,
+    decoders that take what it leaves."""
+    token = _DECODERS.set((None if n is None else max(1, int(n)), int(nice)))
     try:
         yield
     finally:
         _DECODERS.reset(token)
+
+
+def lower_thread_priority(steps: int) -> None:
+    """Make the calling thread (and the threads it starts, FFmpeg's) `steps` nicer: the
+    scheduler then runs it only on what threads of normal priority leave."""
+    if steps and hasattr(os, "setpriority") and hasattr(threading, "get_native_id"):
+        try:
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(),
+                           os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) + steps)
+        except OSError:
+            pass  # not allowed here: decode at normal priority
 
 
 class Pipeline:
@@ -125,7 +138,8 @@ class Pipeline:
         self.batch_size = int(batch_size)
         self.transform = transform
         self.decoder_options = dict(decoder_options or {})
-        self.workers = max(1, int(workers or _DECODERS.get() or cpu_count()))
+        advised, self.decoder_nice = _DECODERS.get()
+        self.workers = max(1, int(workers or advised or cpu_count()))
         self.transform_workers = max(1, int(transform_workers))
         self.max_batches = max(1, int(max_batches))
         frame_bytes = max(self._frame_bytes(src) for src in self.sources)
@@ -248,6 +262,7 @@ class Pipeline:
         return False
 
     def _decoder(self, worker: int) -> None:
+        lower_thread_priority(self.decoder_nice)
         readers: dict[int, FrameReader] = {}
         try:
             while self._acquire(self._in_flight):

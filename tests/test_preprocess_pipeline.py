@@ -1,5 +1,6 @@
 """The pipelined runtime: exact frames, frame order, error propagation, backpressure, shutdown."""
 import _thread
+import os
 import threading
 import time
 from pathlib import Path
@@ -230,3 +231,27 @@ def test_decoder_threads_set_the_default_number_of_decoders(clips):
     with decoder_threads(None):  # no advice: the default, a decoder per core
         assert Pipeline(clips[0], size=SIZE, chunk_frames=20).workers == \
             Pipeline(clips[0], size=SIZE, chunk_frames=20).workers
+
+
+@pytest.mark.skipif(not hasattr(os, "setpriority"), reason="thread priorities are Linux's")
+def test_decoder_threads_can_decode_at_lower_priority(clips):
+    """Inside `decoder_threads(n, nice=k)` decoders run k steps nicer than their caller;
+    the pipeline's other threads (and the caller) keep its priority."""
+    from vidql.preprocess.pipeline import decoder_threads
+
+    mine = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    with decoder_threads(2, nice=3):
+        pipeline = Pipeline(clips[0], size=SIZE, chunk_frames=20)
+    seen = {}
+    with pipeline:
+        for _ in pipeline:
+            for thread in threading.enumerate():
+                if thread.name.startswith("vidql-") and thread.native_id is not None:
+                    try:
+                        seen[thread.name] = os.getpriority(os.PRIO_PROCESS, thread.native_id)
+                    except OSError:
+                        pass
+    decoders = {p for name, p in seen.items() if name.startswith("vidql-decode")}
+    others = {p for name, p in seen.items() if not name.startswith("vidql-decode")}
+    assert decoders == {mine + 3} and others == {mine}
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == mine
