@@ -10,10 +10,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from vidql.preprocess.pipeline import cpu_count, decoder_threads
+from vidql.preprocess.pipeline import DECODER_NICE, cpu_count, decoder_threads
 from vidql.preprocess.transforms import Normalize
-
-DECODER_NICE = 10  # priority steps below the network's for decoders beside it
 
 
 def _conv(cin: int, cout: int, stride: int) -> nn.Sequential:

@@ -68,6 +68,7 @@ def cpu_count() -> int:
         return os.cpu_count() or 1
 
 
+DECODER_NICE = 10  # priority steps below a consumer's that needs whole cores (a CNN, a detector)
 _DECODERS: ContextVar[tuple[int | None, int]] = ContextVar("vidql_decoders", default=(None, 0))
 
 
@@ -102,6 +103,8 @@ class Pipeline:
     array of (original) frame numbers, delivered ascending and without duplicates;
     spec: per-frame crop/resize/format (or `size` for just a resize); transform: a callable
     on each uint8 batch (e.g. `Normalize()`, or a GPU transform); workers: decoder threads;
+    decoder_nice: how many steps nicer than the caller they run (beside a consumer that
+    needs whole cores: DECODER_NICE); both as `decoder_threads` advises when None;
     max_batches: how many batches may wait between stages; decoder_options: FFmpeg decoder
     options such as {"skip_loop_filter": "all"} (faster, no longer frame-exact).
     """
@@ -110,7 +113,7 @@ class Pipeline:
                  batch_size: int = 64, frames=None, transform: Callable | None = None,
                  workers: int | None = None, transform_workers: int = 1, max_batches: int = 4,
                  chunk_frames: int | None = None, memory_budget: int = 512 << 20,
-                 decoder_options: dict[str, str] | None = None):
+                 decoder_options: dict[str, str] | None = None, decoder_nice: int | None = None):
         if batch_size < 1:
             raise ParameterError(f"batch_size must be at least 1, got {batch_size}")
         single = not isinstance(sources, (list, tuple))
@@ -138,8 +141,9 @@ class Pipeline:
         self.batch_size = int(batch_size)
         self.transform = transform
         self.decoder_options = dict(decoder_options or {})
-        advised, self.decoder_nice = _DECODERS.get()
+        advised, nice = _DECODERS.get()
         self.workers = max(1, int(workers or advised or cpu_count()))
+        self.decoder_nice = nice if decoder_nice is None else int(decoder_nice)
         self.transform_workers = max(1, int(transform_workers))
         self.max_batches = max(1, int(max_batches))
         frame_bytes = max(self._frame_bytes(src) for src in self.sources)

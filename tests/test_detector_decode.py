@@ -235,20 +235,35 @@ def test_batches_prepared_ahead_keep_their_own_input(fake_detector):
 def test_engine_prepares_batches_on_the_decoding_side(fake_detector, counter_clip, tmp_path,
                                                       monkeypatch):
     """An exact query through an ONNX oracle letterboxes on the pipeline's transform thread,
-    not the thread that runs the network, and counts what the network found."""
+    not the thread that runs the network, decodes at lower priority than the network's
+    threads, and counts what the network found."""
+    import os
     import threading
 
     import vidql
+    from vidql.preprocess.pipeline import DECODER_NICE
 
     det = fake_detector(_yolox_car_output(), input_hw=(416, 416))
-    threads = []
+    threads, decoders = [], set()
     prepare = OnnxDetector.prepare
-    monkeypatch.setattr(OnnxDetector, "prepare", lambda self, frames: threads.append(
-        threading.current_thread().name) or prepare(self, frames))
+
+    def recording(self, frames):
+        threads.append(threading.current_thread().name)
+        for thread in threading.enumerate():
+            if thread.name.startswith("vidql-decode"):
+                try:
+                    decoders.add(os.getpriority(os.PRIO_PROCESS, thread.native_id))
+                except OSError:  # it ended meanwhile
+                    pass
+        return prepare(self, frames)
+
+    monkeypatch.setattr(OnnxDetector, "prepare", recording)
+    mine = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
     with vidql.connect(tmp_path / "p.db", progress=False) as db:
         db.sql(f"LOAD VIDEO '{counter_clip}' AS clip; "
                f"CREATE ORACLE y FROM ONNX '{det.path}' WITH (score = 0.3, batch_size = 8); "
                "SET ORACLE clip = y")
-        cars = db.sql("SELECT sum(objects('car')) AS n FROM clip WHERE frame < 40").df()["n"]
-    assert cars.item() == 40
-    assert len(threads) == 5 and all(name.startswith("vidql-transform") for name in threads)
+        cars = db.sql("SELECT sum(objects('car')) AS n FROM clip").df()["n"]
+    assert cars.item() == 120  # the decoder cannot run more than a few batches ahead
+    assert len(threads) == 15 and all(name.startswith("vidql-transform") for name in threads)
+    assert decoders == {mine + DECODER_NICE}
