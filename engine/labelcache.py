@@ -64,9 +64,9 @@ class LabelStats:
 class LabelCache:
     """Labels of one video by one oracle, read from and written to the catalog database.
 
-    `frame_batches(frames, batch_size)` is a context manager yielding (ids, uint8 N×H×W×3)
-    batches in frame order: the pixels for oracles that need them. `journal` is the
-    catalog's label journal, shared by its caches."""
+    `frame_batches(frames, batch_size)` is a context manager yielding (ids, batch) in frame
+    order for oracles that need pixels, each batch what the oracle's `prepare` made of the
+    uint8 N×H×W×3 frames. `journal` is the catalog's label journal, shared by its caches."""
 
     def __init__(self, con, video: str, clip_map: ClipMap, oracle: Oracle, frame_batches, *,
                  journal: LabelJournal, progress: bool = True):
