@@ -93,6 +93,7 @@ class LabelCache:
         # from each batch the oracle returns, and from the catalog for earlier labels
         self._counts: dict[tuple, np.ndarray] = {}
         self._cost = [0, 0.0]  # oracle frames and seconds not yet recorded in the catalog
+        self._elsewhere = None  # (detections, frames, their arrays, rows) given to count_from
 
     @property
     def labelled_frames(self) -> np.ndarray:
@@ -306,15 +307,38 @@ class LabelCache:
         return np.column_stack([self._counts[k][frames] for k in keys]) if keys else \
             np.zeros((len(frames), 0), dtype=np.int32)
 
+    def count_from(self, frames: np.ndarray, detections: pd.DataFrame) -> None:
+        """Count statistics of `frames` (global positions, all labelled by this cache's
+        oracle: an index's representatives) from their `detections` (DETECTION_COLUMNS,
+        by global position) held in memory elsewhere, instead of reading them back from
+        the catalog (2.4 ms a query at 10k frames); the detections are converted once."""
+        if self._elsewhere is None or self._elsewhere[0] is not detections:
+            frames = np.unique(np.asarray(frames, dtype=np.int64))
+            det = DetectionArrays.of(detections)
+            known = self._labelled[frames]
+            if not known.all():  # labelled since this cache read the catalog: read there
+                frames = frames[known]
+                det = det.where(np.isin(det.frame, frames))
+            self._elsewhere = (detections, frames, det, np.searchsorted(frames, det.frame))
+        for key, counts in self._counts.items():
+            self._count_elsewhere(key, counts)
+
+    def _count_elsewhere(self, key: tuple, counts: np.ndarray) -> None:
+        if self._elsewhere is not None:
+            _, frames, det, rows = self._elsewhere
+            counts[frames] = count_detections(key, det, rows, len(frames))
+
     def _count_key(self, key: tuple) -> None:
-        """Count `key` in every batch the oracle labels from now on, and in the batches of
-        this cache that wait in the journal (the catalog tables do not hold them yet)."""
+        """Count `key` in every batch the oracle labels from now on, in the batches of this
+        cache that wait in the journal (the catalog tables do not hold them yet) and in the
+        detections given to `count_from`."""
         if key in self._counts:
             return
         counts = self._counts[key] = np.full(self.n_frames, -1, dtype=np.int32)
         for first, b in self._pending_batches():
             rows = pd.Index(b.frames).get_indexer(b.detections.frame)
             counts[first + b.frames] = count_detections(key, b.detections, rows, len(b.frames))
+        self._count_elsewhere(key, counts)
 
     def _load_counts(self, frames: np.ndarray, keys: list[tuple]) -> None:
         """Counts of frames labelled before this cache saw them, computed where the labels

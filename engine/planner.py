@@ -56,6 +56,8 @@ class Binding:
                 self.index_note = (f"index {', '.join(others)} was built with another oracle, "
                                    f"so this query runs without one; USING ORACLE picks that oracle")
         _check_runnable(q, self.video, self.index is not None)
+        if self.index is not None:  # its representatives' labels are in memory: count there
+            self.cache.count_from(self.index.rep_frames, self.index.labels)
         self.before = self.cache.stats.snapshot()
         self.labelled_before = self.cache.labelled_frames
 

@@ -230,3 +230,29 @@ def test_bad_oracle_output_is_refused_before_caching():
         bad.loc[8, column] = value
         with pytest.raises(OracleError, match="missing values"):
             check_detections(bad, np.array([3, 5]), oracle)
+
+
+def test_an_index_representatives_are_counted_from_its_labels(small_traffic, tmp_path):
+    """A query over an index counts its representatives from the index's labels in memory,
+    with no catalog statement for them, and gets exactly the values of the labels."""
+    from vidql.engine.dialect import parse
+    from vidql.engine.planner import Binding
+
+    video, labels = small_traffic
+    with _labels_db(tmp_path / "i.db", video, labels, "batch_size = 16") as db:
+        db.sql("CREATE INDEX ti ON t WITH (train = 20, reps = 40, triplets = 100)")
+    with vidql.connect(tmp_path / "i.db", progress=False) as db:
+        binding = Binding(db, parse("SELECT frame FROM t WHERE objects('car') >= 3 LIMIT 3 "
+                                    "USING INDEX ti"))
+        reps = binding.index.rep_frames
+        values = binding.cache.true_values("objects('car')", "contains('bus')")
+        statements = []
+        con = binding.cache.con
+        binding.cache.con = type("Counting", (), {
+            "execute": lambda self, *a: statements.append(a[0]) or con.execute(*a),
+            "__getattr__": lambda self, name: getattr(con, name)})()
+        cars, buses = values(reps)
+        assert statements == [] and binding.cache.stats.oracle_calls == 0
+        truth = read_labels(labels)
+        np.testing.assert_array_equal(cars, evaluate("objects('car')", truth, reps))
+        np.testing.assert_array_equal(buses, evaluate("contains('bus')", truth, reps))
