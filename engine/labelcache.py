@@ -108,9 +108,9 @@ class LabelCache:
         return frames
 
     def ensure(self, frames, desc: str | None = None) -> None:
-        """Label every frame of `frames` not yet cached, batch by batch, each batch durable
-        (in the journal) before the next starts. An oracle failure keeps finished batches
-        and is re-raised."""
+        """Label every frame of `frames` not yet cached, batch by batch, each batch written
+        to the journal as it comes and fsynced after it (a nearly free oracle's: once, when
+        the call ends). An oracle failure keeps finished batches and is re-raised."""
         frames = self._check_range(frames)
         unique = np.unique(frames)
         todo = unique[~self._labelled[unique]]
@@ -150,7 +150,8 @@ class LabelCache:
                                       time.perf_counter() - t0, last=done >= len(todo))
                     bar.update(len(ids))
                     t0 = time.perf_counter()
-        finally:
+        finally:  # every batch of the call durable before any is used, even on a failure
+            self.journal.sync()
             self._cost = [0, 0.0]
             if own:
                 bar.close()
@@ -222,7 +223,7 @@ class LabelCache:
         rows = pd.Index(local).get_indexer(det.frame)
         self._cost = [self._cost[0] + len(ids), self._cost[1] + t2 - t1]
         self._journal(clip, local, det, np.bincount(rows, minlength=len(ids)),
-                      self._cost if last else None)
+                      self._cost if last else None, sync=last or not self.oracle.nearly_free)
         if last:
             self._cost = [0, 0.0]
         for key, counts in self._counts.items():
@@ -234,12 +235,14 @@ class LabelCache:
         self.stats.oracle_seconds += (t2 - t1) if cost is None else cost * len(ids) / 1000
 
     def _journal(self, clip: str, frames: np.ndarray, det: DetectionArrays, counts: np.ndarray,
-                 cost: list | None) -> None:
-        """Make one batch of `clip` durable in the journal: its detections and frames, both
-        numbered within the clip, each frame's detection count and, when given, the
-        oracle's cost [frames, seconds] since it was last recorded."""
+                 cost: list | None, sync: bool) -> None:
+        """Write one batch of `clip` to the journal (fsynced now with `sync`, else by the end
+        of the labelling call): its detections and frames, both numbered within the clip,
+        each frame's detection count and, when given, the oracle's cost [frames, seconds]
+        since it was last recorded."""
         self.journal.append(LabelBatch(self.video, self.oracle.identity, clip,
-                                       np.asarray(frames, dtype=np.int64), counts, det, cost))
+                                       np.asarray(frames, dtype=np.int64), counts, det, cost),
+                            sync=sync)
         if self.journal.full:
             self.journal.flush()
 

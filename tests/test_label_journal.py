@@ -109,3 +109,44 @@ def test_sigkill_during_a_query_keeps_its_journalled_batches(counter_clip, oracl
         db.sql("SELECT sum(objects('car')) FROM clip")
         assert sum(oracle_module.CALLS) == 120 - block_after * batch
         assert _labelled(db) == 120
+
+
+def test_a_labelling_call_is_fsynced_once_for_a_nearly_free_oracle(small_traffic, tmp_path,
+                                                                   monkeypatch):
+    """Every batch is written as it comes; a table lookup's batches are fsynced once, when
+    the labelling call ends (even when it fails), a costly oracle's after each batch."""
+    import os
+
+    import pytest
+
+    video, labels = small_traffic
+    synced = []
+    fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: synced.append(fd) or fsync(fd))
+    with vidql.connect(tmp_path / "f.db", progress=False) as db:
+        db.sql(f"LOAD VIDEO '{video}' AS t; "
+               f"CREATE ORACLE free FROM LABELS '{labels}' WITH (batch_size = 16); "
+               f"CREATE ORACLE costly FROM LABELS '{labels}' WITH (batch_size = 16, "
+               "cost_ms = 40); SET ORACLE t = free")
+        journal = db.artifacts / "labels.journal"
+        for name, frames, syncs in (("free", np.arange(64), 1), ("costly", np.arange(64, 128), 4)):
+            cache = db.catalog.label_cache("t", name)
+            written = len(read_records(journal.read_bytes())) if journal.exists() else 0
+            synced.clear()
+            cache.ensure(frames)
+            assert len(read_records(journal.read_bytes())) - written == 4, name
+            assert len(synced) == syncs, name
+        cache = db.catalog.label_cache("t", "free")
+        detect, calls = cache.oracle.detect_in_clip, []
+
+        def failing(*args):
+            calls.append(1)
+            if len(calls) == 3:
+                raise RuntimeError("the oracle broke")
+            return detect(*args)
+
+        monkeypatch.setattr(cache.oracle, "detect_in_clip", failing)
+        synced.clear()
+        with pytest.raises(vidql.OracleError, match="the oracle broke"):
+            cache.ensure(np.arange(128, 192))
+        assert len(synced) == 1 and len(cache.labelled_frames) == 64 + 32  # two batches kept
