@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from typing import Callable
 
 import duckdb
 import numpy as np
@@ -19,6 +20,8 @@ from vidql.detections import DETECTION_COLUMNS, DetectionArrays
 from vidql.errors import QueryError
 
 FRAME_FUNCTIONS = ("objects", "contains")
+COMPARISONS = {">=": np.greater_equal, ">": np.greater, "<=": np.less_equal, "<": np.less,
+               "=": np.equal, "==": np.equal, "!=": np.not_equal, "<>": np.not_equal}
 
 
 @dataclass(frozen=True)
@@ -251,7 +254,7 @@ class FrameStatistics:
     def __init__(self, exprs):
         self.exprs = [parse_frame_expr(e) if isinstance(e, str) else e for e in exprs]
         self.keys = list(dict.fromkeys(count_key(fn) for e in self.exprs for fn in e.functions))
-        self.direct = [_direct_column(e, self.keys) for e in self.exprs]
+        self.direct = [_on_counts(e, self.keys) for e in self.exprs]
         self.others = [e for e, d in zip(self.exprs, self.direct, strict=True) if d is None]
         self.functions = list(dict.fromkeys(fn for e in self.others for fn in e.functions))
         self.by_frame = any(_mentions_frame(e) for e in self.others)  # e.g. frame % 2 = 0
@@ -263,8 +266,7 @@ class FrameStatistics:
         frames = np.asarray(frames, dtype=np.int64)
         counts = counts.reshape(len(frames), len(self.keys))
         others = iter(self._others(frames, counts) if self.others else ())
-        return tuple(next(others) if d is None else
-                     (counts[:, d[0]] >= 1 if d[1] else counts[:, d[0]]).astype(np.float64)
+        return tuple(next(others) if d is None else d[1](counts[:, d[0]]).astype(np.float64)
                      for d in self.direct)
 
     def _others(self, frames: np.ndarray, counts: np.ndarray) -> list[np.ndarray]:
@@ -283,50 +285,61 @@ class FrameStatistics:
         return [values[:, i].copy() for i in range(len(self.others))]
 
     def _evaluate(self, rows: np.ndarray) -> list[np.ndarray]:
-        """Each statistic on each row of counts (plus frame), in one DuckDB statement."""
-        table = {"__pos": np.arange(len(rows))}
+        """Each statistic on each row of counts (plus frame), in one DuckDB statement over
+        list parameters (a registered DataFrame costs three times as much)."""
+        columns, params = [], []
         for fn in self.functions:
             count = rows[:, self.keys.index(count_key(fn))]
-            table[_column_name(fn)] = count if fn.kind == "objects" else count >= 1
+            columns.append(fn.column)
+            params.append((count if fn.kind == "objects" else count >= 1).tolist())
         if self.by_frame:
-            table["frame"] = rows[:, -1]
+            columns.append("frame")
+            params.append(rows[:, -1].tolist())
+        params.append(list(range(len(rows))))
+        source = ", ".join(f"unnest(${i + 1}) AS {c}" for i, c in enumerate(columns + ["__pos"]))
         con = connection()
-        con.register("__vals", pd.DataFrame(table))
         try:
-            try:
-                values = _select(con, self.others)
-            except duckdb.Error:
-                for expr in self.others:  # name the statistic that fails
-                    try:
-                        _select(con, [expr])
-                    except duckdb.Error as exc:
-                        raise QueryError(f"cannot evaluate frame statistic {expr.text!r}: "
-                                         f"{exc}") from None
-                raise
-            return list(np.column_stack(values))
-        finally:
-            con.unregister("__vals")
+            values = _select(con, self.others, source, params)
+        except duckdb.Error:
+            for expr in self.others:  # name the statistic that fails
+                try:
+                    _select(con, [expr], source, params)
+                except duckdb.Error as exc:
+                    raise QueryError(f"cannot evaluate frame statistic {expr.text!r}: "
+                                     f"{exc}") from None
+            raise
+        return list(np.column_stack(values))
 
 
-def _direct_column(expr: FrameExpr, keys: list[tuple]) -> tuple[int, bool] | None:
-    """(column of its count in `keys`, whether it is `contains`) for a statistic that is
-    exactly one frame function; None for any other."""
-    if len(expr.functions) != 1 or expr.sql.strip() != expr.functions[0].column:
+def _on_counts(expr: FrameExpr, keys: list[tuple]) -> tuple[int, Callable] | None:
+    """(column of its count in `keys`, the statistic as a function of that count) for a
+    statistic that is one frame function, or one `objects` call compared with a number
+    (`objects('car') >= 5`, the usual predicate); None for any other (DuckDB evaluates it)."""
+    if len(expr.functions) != 1:
         return None
     fn = expr.functions[0]
-    return keys.index(count_key(fn)), fn.kind == "contains"
+    column = keys.index(count_key(fn))
+    if expr.sql.strip() == fn.column:
+        return column, (lambda count: count >= 1) if fn.kind == "contains" else (lambda count: count)
+    tokens = [t for t in tokenize(expr.sql) if t.kind != "comment"]
+    if fn.kind != "objects" or len(tokens) != 3 or tokens[0].text != fn.column or (
+            tokens[1].text not in COMPARISONS or tokens[2].kind != "number"):
+        return None
+    try:
+        number = float(tokens[2].text)
+    except ValueError:
+        return None
+    compare = COMPARISONS[tokens[1].text]
+    return column, lambda count: compare(count, number)
 
 
-def _select(con, exprs: list[FrameExpr]) -> list[np.ndarray]:
+def _select(con, exprs: list[FrameExpr], source: str, params: list) -> list[np.ndarray]:
+    """`exprs` over the rows of `SELECT {source}` (with `params`), in `__pos` order."""
     cols = ", ".join(f"CAST(({e.sql}) AS DOUBLE) AS v{i}" for i, e in enumerate(exprs))
-    values = con.execute(f"SELECT {cols} FROM __vals ORDER BY __pos").fetchnumpy()
+    values = con.execute(f"SELECT {cols} FROM (SELECT {source}) ORDER BY __pos",
+                         params).fetchnumpy()
     return [np.nan_to_num(np.asarray(values[f"v{i}"], dtype=np.float64), nan=0.0)
             for i in range(len(exprs))]
-
-
-def _column_name(fn: FrameFunction) -> str:
-    """`fn.column` unquoted: the name of its column in a registered table."""
-    return fn.column[1:-1].replace('""', '"')
 
 
 def _mentions_frame(expr: FrameExpr) -> bool:

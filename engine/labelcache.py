@@ -110,7 +110,8 @@ class LabelCache:
     def ensure(self, frames, desc: str | None = None) -> None:
         """Label every frame of `frames` not yet cached, batch by batch, each batch written
         to the journal as it comes and fsynced after it (a nearly free oracle's: once, when
-        the call ends). An oracle failure keeps finished batches and is re-raised."""
+        the call ends, or inside `labelling`, when that ends). An oracle failure keeps
+        finished batches and is re-raised."""
         frames = self._check_range(frames)
         unique = np.unique(frames)
         todo = unique[~self._labelled[unique]]
@@ -151,7 +152,8 @@ class LabelCache:
                     bar.update(len(ids))
                     t0 = time.perf_counter()
         finally:  # every batch of the call durable before any is used, even on a failure
-            self.journal.sync()
+            if not (self._bar is not None and self.oracle.nearly_free):
+                self.journal.sync()
             self._cost = [0, 0.0]
             if own:
                 bar.close()
@@ -182,12 +184,16 @@ class LabelCache:
                     disable=None if self.progress else True)
 
     @contextmanager
-    def progress_bar(self, desc: str, total: int | None = None):
-        """One bar over every frame the oracle labels inside (an approximate query's calls)."""
+    def labelling(self, desc: str, total: int | None = None):
+        """An approximate query's labelling: one bar over every frame the oracle labels
+        inside, and a nearly free oracle's batches fsynced once, when it ends (before the
+        answer is returned), instead of at the end of each of the operator's calls. A killed
+        process keeps them either way: each was written to the journal as it came."""
         self._bar = self._progress(desc, total)
         try:
             yield self._bar
         finally:
+            self.journal.sync()
             self._bar.close()
             self._bar = None
 
@@ -216,14 +222,13 @@ class LabelCache:
                               f"{int(self._labelled.sum())} labelled frames stay cached") from exc
         t2 = time.perf_counter() if found is None else t1 + found[1]  # the oracle's own time
         if found is None:  # checking its output is the engine's time
-            det = check_detections(det, local, self.oracle)
+            rows = check_detections(det, local, self.oracle)
         else:  # labelled elsewhere (Ray actors), by global position: numbered in the clip
-            det = check_detections(found[0], ids, self.oracle).shifted(
-                -int(self.clip_map.first[ordinal[0]]))
-        rows = pd.Index(local).get_indexer(det.frame)
+            rows = check_detections(found[0], ids, self.oracle)
+            det = found[0].shifted(-int(self.clip_map.first[ordinal[0]]))
         self._cost = [self._cost[0] + len(ids), self._cost[1] + t2 - t1]
         self._journal(clip, local, det, np.bincount(rows, minlength=len(ids)),
-                      self._cost if last else None, sync=last or not self.oracle.nearly_free)
+                      self._cost if last else None, sync=not self.oracle.nearly_free)
         if last:
             self._cost = [0, 0.0]
         for key, counts in self._counts.items():
@@ -341,8 +346,8 @@ class LabelCache:
             return
         counts = self._counts[key] = np.full(self.n_frames, -1, dtype=np.int32)
         for first, b in self._pending_batches():
-            rows = pd.Index(b.frames).get_indexer(b.detections.frame)
-            counts[first + b.frames] = count_detections(key, b.detections, rows, len(b.frames))
+            counts[first + b.frames] = count_detections(key, b.detections,
+                                                        b.detections.rows_in(b.frames), len(b.frames))
         self._count_elsewhere(key, counts)
 
     def _load_counts(self, frames: np.ndarray, keys: list[tuple]) -> None:

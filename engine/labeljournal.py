@@ -2,9 +2,11 @@
 
 Each batch the oracle returns is appended to `labels.journal` in the artifacts folder as
 it comes (so a killed process keeps it) and fsynced before anything uses it (about 0.26 ms
-here, against 3-8 ms for a DuckDB commit): after each batch of a costly oracle, once at the
-end of a labelling call for a nearly free one (whose unsynced batches a power cut could
-only lose before they were used, and which cost nothing to label again).
+here, against 3-8 ms for a DuckDB commit): after each batch of a costly oracle; for a
+nearly free one (a table lookup, whose batches cost nothing to label again and come out the
+same), once at the end of a labelling call, or of an approximate query's labelling
+(`LabelCache.labelling`), before its answer is returned: a power cut could lose only
+batches of a query that never answered.
 Batches gather in memory, across queries, and are merged into the catalog tables
 (`vidql.labels`, `vidql.labelled`, `vidql.oracle_costs`) in one transaction by `flush`:
 before anything reads or changes those tables (`Catalog.flush_labels`: exact queries, plain

@@ -1,7 +1,9 @@
 """The oracle interface: a batch of frames in, detections out, with a stable identity.
 
-Detections are always a DataFrame with DETECTION_COLUMNS (vidql.detections). The label
-cache (engine.labelcache) is the only caller.
+`detect` returns a DataFrame with DETECTION_COLUMNS (vidql.detections), the contract a
+user's oracle keeps; the label cache (engine.labelcache), the only caller, asks
+`detect_in_clip` for DetectionArrays, which an oracle that has arrays already (the LABELS
+oracle's table, a detector's decoded output) returns without a DataFrame.
 """
 from __future__ import annotations
 
@@ -61,11 +63,11 @@ class Oracle(ABC):
         return frames
 
     def detect_in_clip(self, frames: np.ndarray | None, frame_ids: np.ndarray, clip: str,
-                       only_clip: bool) -> pd.DataFrame:
+                       only_clip: bool) -> DetectionArrays:
         """`detect` for frames of clip `clip` of a collection (`only_clip`: the collection
-        is a single file); frame_ids are numbered within the clip. Oracles that look only
-        at pixels need not care; the LABELS oracle looks the clip up."""
-        return self.detect(frames, frame_ids)
+        is a single file), as arrays; frame_ids are numbered within the clip. Oracles that
+        look only at pixels need not care; the LABELS oracle looks the clip up."""
+        return detection_arrays(self.detect(frames, frame_ids), self)
 
     def check_clips(self, clips: tuple[str, ...]) -> None:
         """Raise OracleError when this oracle cannot label a video with these clips (an
@@ -76,18 +78,23 @@ class Oracle(ABC):
         return f"{type(self).__name__} {self.identity}"
 
 
-def check_detections(df: pd.DataFrame, frame_ids: np.ndarray, oracle: Oracle) -> DetectionArrays:
-    """Validate an oracle's output before it is cached, so a buggy oracle cannot poison it;
-    returns its detections as arrays (new ones: the oracle's frame is not kept)."""
+def detection_arrays(df: pd.DataFrame, oracle: Oracle) -> DetectionArrays:
+    """An oracle's DETECTION_COLUMNS DataFrame as new arrays (the frame is not kept; a
+    missing label gets code -1, which `check_detections` refuses)."""
     missing = missing_columns(df)
     if missing:
         raise OracleError(f"oracle {oracle.name!r} returned detections without columns {missing}")
-    frame = df["frame"].to_numpy()
-    stray = ~np.isin(frame, frame_ids)
+    return DetectionArrays.of(df)
+
+
+def check_detections(det: DetectionArrays, frame_ids: np.ndarray, oracle: Oracle) -> np.ndarray:
+    """Validate an oracle's output before it is cached, so a buggy oracle cannot poison it;
+    returns each detection's position in `frame_ids` (distinct)."""
+    rows = det.rows_in(frame_ids)
+    stray = rows < 0
     if stray.any():
         raise OracleError(f"oracle {oracle.name!r} returned detections for frames it was not "
-                          f"asked about: {sorted(set(frame[stray].tolist()))[:5]}")
-    det = DetectionArrays.of(df)
-    if (det.codes < 0).any() or np.isnan(det.values).any():
+                          f"asked about: {sorted(set(det.frame[stray].tolist()))[:5]}")
+    if (det.codes < 0).any() or (det.codes >= len(det.names)).any() or np.isnan(det.values).any():
         raise OracleError(f"oracle {oracle.name!r} returned detections with missing values")
-    return det
+    return rows

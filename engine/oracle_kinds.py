@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from vidql.errors import OracleError
-from vidql.detections import detections_frame, with_dtypes
+from vidql.detections import FLOAT_COLUMNS, DetectionArrays, detections_frame
 from .oracle_api import Oracle, file_digest
 from vidql.ranges import BATCH_SIZE, Bounds
 
@@ -60,7 +60,7 @@ class LabelTable:
         self.columns = {}
         for name, values in columns:
             if name == "label":
-                self.label_names = np.asarray(values.categories, dtype=object)
+                self.label_names = tuple(str(c) for c in values.categories)
                 values = values.codes
             self.columns[name] = narrowest_exact(values[order])
         self.digest = file_digest(path)
@@ -135,10 +135,11 @@ class LabelsOracle(Oracle):
         if self.clips is not None and len(self.clips) != 1:
             raise OracleError(f"label file of oracle {self.name!r} holds {len(self.clips)} "
                               f"clips; name the clip (detect_in_clip)")
-        return self.detect_in_clip(frames, frame_ids, self.clips[0] if self.clips else "", True)
+        clip = self.clips[0] if self.clips else ""
+        return self.detect_in_clip(frames, frame_ids, clip, True).to_frame()
 
     def detect_in_clip(self, frames, frame_ids: np.ndarray, clip: str,
-                       only_clip: bool) -> pd.DataFrame:
+                       only_clip: bool) -> DetectionArrays:
         """Rows of (clip, frame) when the file has a clip column, else of frame: a file
         without one labels a single-file video, but cannot tell a collection's clips apart."""
         if self.clips is None and not only_clip:
@@ -150,8 +151,6 @@ class LabelsOracle(Oracle):
         frames = self._table.frames[lo:hi]
         first = lo + np.searchsorted(frames, ids, side="left")
         count = lo + np.searchsorted(frames, ids, side="right") - first
-        if not count.sum():
-            return detections_frame([])
         rows = np.repeat(first - np.cumsum(count) + count, count) + np.arange(count.sum())
         return self._rows(rows)
 
@@ -162,12 +161,15 @@ class LabelsOracle(Oracle):
         fits = not len(ids) or (dtype.min <= ids.min() and ids.max() <= dtype.max)
         return ids.astype(self._table.frames.dtype) if fits else ids
 
-    def _rows(self, rows: np.ndarray) -> pd.DataFrame:
-        """Detections at sorted positions `rows`, in the standard dtypes."""
+    def _rows(self, rows: np.ndarray) -> DetectionArrays:
+        """Detections at sorted positions `rows`."""
         table = self._table
-        columns = {name: values[rows] for name, values in table.columns.items()}
-        columns["label"] = table.label_names[columns["label"]]
-        return with_dtypes({"frame": table.frames[rows], **columns})
+        values = np.empty((len(rows), len(FLOAT_COLUMNS)))
+        for i, name in enumerate(FLOAT_COLUMNS):
+            values[:, i] = table.columns[name][rows]
+        return DetectionArrays(table.frames[rows].astype(np.int64),
+                               table.columns["label"][rows].astype(np.int32),
+                               table.label_names, values)
 
 
 class PythonOracle(Oracle):

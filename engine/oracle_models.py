@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from vidql.errors import OracleError
-from vidql.detections import FLOAT_COLUMNS, detections_frame, with_dtypes
+from vidql.detections import DetectionArrays, detections_frame
 from .oracle_api import COCO_CLASSES, Oracle, file_digest
 from vidql.ranges import BATCH_SIZE, Bounds
 
@@ -216,6 +216,10 @@ class OnnxDetector(Oracle):
         return np.concatenate(list(self._pool.map(run, parts)))
 
     def detect(self, frames, frame_ids: np.ndarray) -> pd.DataFrame:
+        return self.detect_in_clip(frames, frame_ids, "", True).to_frame()
+
+    def detect_in_clip(self, frames, frame_ids: np.ndarray, clip: str,
+                       only_clip: bool) -> DetectionArrays:
         batch = frames if isinstance(frames, Letterboxed) else self.prepare(frames)
         try:
             outputs = self._run(batch.blobs)
@@ -229,13 +233,11 @@ class OnnxDetector(Oracle):
         self._known_layout = layout
         found = [self._detections(out, layout, frame.shape[:2], *where)
                  for frame, where, out in zip(batch.frames, batch.geometry, outputs, strict=True)]
-        counts = [len(f[0]) for f in found]
-        if not sum(counts):
-            return detections_frame([])
         cls, conf, boxes = (np.concatenate([f[i] for f in found]) for i in range(3))
-        return with_dtypes({"frame": np.repeat(np.asarray(frame_ids, dtype=np.int64), counts),
-                            "label": np.asarray(self.classes, dtype=object)[cls],
-                            "score": conf, **dict(zip(FLOAT_COLUMNS[1:], boxes.T, strict=True))})
+        return DetectionArrays(np.repeat(np.asarray(frame_ids, dtype=np.int64),
+                                         [len(f[0]) for f in found]),
+                               cls.astype(np.int32), tuple(self.classes),
+                               np.column_stack([conf, boxes]).astype(np.float64))
 
     def _detections(self, out: np.ndarray, layout: str, hw: tuple[int, int], r: float,
                     offset: tuple[int, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -209,7 +209,7 @@ def run_approximate(db, q: Query) -> Result:
     report = binding.report(q.kind, seed)
     t0 = time.perf_counter()
     aggregate = q.kind in ("aggregate", "aggregate_budget")
-    with binding.cache.progress_bar(f"{q.kind} on {binding.video}, calling the oracle",
+    with binding.cache.labelling(f"{q.kind} on {binding.video}, calling the oracle",
                                     q.clauses.budget):
         frame = run_operator(binding, q, binding.sampling_seed(seed), report)
     report.seconds["total"] = time.perf_counter() - t0

@@ -19,6 +19,7 @@ from typing import Callable, Iterator
 import numpy as np
 import pandas as pd
 
+from vidql.detections import DetectionArrays
 from vidql.errors import OracleError, ParameterError, VidqlError
 from vidql.ranges import Bounds
 from .oracle_api import Oracle
@@ -176,7 +177,7 @@ class OracleWorker:
     def identity(self) -> str:
         return self.oracle.identity
 
-    def label(self, pieces: list, *infos) -> tuple[np.ndarray, pd.DataFrame, float]:
+    def label(self, pieces: list, *infos) -> tuple[np.ndarray, DetectionArrays, float]:
         """Detections of the frames in `pieces` [(local frames, positions, clip name, only
         clip)] of the clips `infos` (VideoInfo each), decoded here; frames are reported by
         position. Returns (positions, detections, oracle seconds)."""
@@ -190,17 +191,17 @@ class OracleWorker:
             if not self.oracle.needs_pixels:
                 t0 = time.perf_counter()
                 det = self.oracle.detect_in_clip(None, np.asarray(local), clip, only)
-                found.append(det.assign(frame=det["frame"] + shift))
+                found.append(det.shifted(shift))
                 seconds += time.perf_counter() - t0
                 continue
             with closing(frame_batches(info, frames=np.asarray(local), batch_size=len(local))) as it:
                 for ids, pixels in it:
                     t0 = time.perf_counter()
                     det = self.oracle.detect_in_clip(pixels, np.asarray(ids), clip, only)
-                    found.append(det.assign(frame=det["frame"] + shift))
+                    found.append(det.shifted(shift))
                     seconds += time.perf_counter() - t0
         ids = np.concatenate([np.asarray(piece[1], dtype=np.int64) for piece in pieces])
-        return ids, pd.concat(found, ignore_index=True), seconds
+        return ids, DetectionArrays.concat(found), seconds
 
 
 def import_root(oracle: Oracle, entry: tuple) -> str | None:
@@ -237,8 +238,8 @@ class RayOracle(Oracle):
 
     def detect(self, frames, frame_ids: np.ndarray) -> pd.DataFrame:
         """One batch (frames ignored: the actor decodes them)."""
-        return pd.concat([det for _, det, _ in self.detect_stream(frame_ids, len(frame_ids))],
-                         ignore_index=True)
+        return DetectionArrays.concat([det for _, det, _ in self.detect_stream(
+            frame_ids, len(frame_ids))]).to_frame()
 
     def batches(self, frames: np.ndarray, batch_size: int) -> list[list]:
         """Batches of at most `batch_size` frames, each within one clip, a new batch started

@@ -393,7 +393,7 @@ def test_labels_oracle_finds_every_row_of_a_clip_and_frame(tmp_path):
     oracle = LabelsOracle("t", tmp_path / "t.labels.parquet")
     ids = np.array([250, 3, 77, 3000, 0, 299])
     for clip in ("a", "b", "c", "absent"):
-        got = oracle.detect_in_clip(None, ids, clip, False)
+        got = oracle.detect_in_clip(None, ids, clip, False).to_frame()
         want = pd.concat([table[(table["clip"] == clip) & (table["frame"] == f)] for f in ids])
         np.testing.assert_array_equal(got["frame"], want["frame"])
         np.testing.assert_array_equal(got["score"], want["score"])

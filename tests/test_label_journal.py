@@ -150,3 +150,33 @@ def test_a_labelling_call_is_fsynced_once_for_a_nearly_free_oracle(small_traffic
         with pytest.raises(vidql.OracleError, match="the oracle broke"):
             cache.ensure(np.arange(128, 192))
         assert len(synced) == 1 and len(cache.labelled_frames) == 64 + 32  # two batches kept
+
+
+def test_a_query_fsyncs_a_nearly_free_oracle_once(small_traffic, tmp_path, monkeypatch):
+    """An approximate query's labelling calls (ERROR WITHIN makes one per round) fsync a
+    table lookup's batches once, when its labelling ends (also when it fails), before the
+    answer; each batch is still written to the journal as it comes."""
+    import os
+
+    import pytest
+
+    video, labels = small_traffic
+    synced = []
+    fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: synced.append(fd) or fsync(fd))
+    with vidql.connect(tmp_path / "q.db", progress=False) as db:
+        db.sql(f"LOAD VIDEO '{video}' AS t; "
+               f"CREATE ORACLE free FROM LABELS '{labels}' WITH (batch_size = 16); "
+               "SET ORACLE t = free")
+        journal = db.artifacts / "labels.journal"
+        synced.clear()
+        db.sql("SELECT AVG(objects('car')) FROM t ERROR WITHIN 0.3 SEED 2")
+        assert len(read_records(journal.read_bytes())) > 2 and len(synced) == 1
+        cache = db.labels("t")
+        synced.clear()
+        with pytest.raises(RuntimeError, match="stop"), cache.labelling("a query"):
+            cache.ensure(np.arange(250, 266))
+            cache.ensure(np.arange(266, 282))
+            assert synced == []
+            raise RuntimeError("stop")
+        assert len(synced) == 1 and np.isin(np.arange(250, 282), cache.labelled_frames).all()

@@ -14,7 +14,8 @@ from conftest import shared_path
 EXPRS = ["objects('car')", "contains('bus')", "objects(*)", "objects('car', 0.5)",
          "objects('car') >= 2 AND NOT contains('truck')", "objects('car') + 2 * objects('bus')",
          "CASE WHEN frame % 3 = 0 THEN objects('truck') ELSE 0 END", "contains('Car')",
-         "objects('car') >= 3", "(contains('bus'))"]
+         "objects('car') >= 3", "(contains('bus'))", "objects('bus') < 1", "objects(*) <> 4",
+         "objects('car', 0.5) = 2.0"]
 
 
 def _check_values(db_path, video: str, labels_path, n: int) -> None:
@@ -177,9 +178,9 @@ def test_earlier_labels_counted_in_one_statement(small_traffic, tmp_path):
 
 
 def test_statistics_need_few_statements(monkeypatch):
-    """A statistic that is one frame function takes its values from the counts without a
-    statement; a statistic of one count evaluates every count up to twice the largest seen
-    in one statement."""
+    """A statistic that is one frame function, or one count compared with a number, takes
+    its values from the counts without a statement; another statistic of one count
+    evaluates every count up to twice the largest seen in one statement."""
     from vidql.engine import framestat
 
     statements = []
@@ -192,29 +193,40 @@ def test_statistics_need_few_statements(monkeypatch):
     assert statements == []
     np.testing.assert_array_equal(cars, [0, 1, 7, 3, 40, 2])
     np.testing.assert_array_equal(bus, [0, 1, 0, 1, 1, 0])
-    crowd = framestat.FrameStatistics(["objects('car') >= 3"])
+    crowd = framestat.FrameStatistics(["objects('car') >= 3", "objects(*) < 2.5",
+                                       "objects('bus') <> 1"])
+    got = crowd(frames, counts[:, [0, 0, 1]])
+    for value, want in zip(got, [counts[:, 0] >= 3, counts[:, 0] < 2.5, counts[:, 1] != 1],
+                           strict=True):
+        np.testing.assert_array_equal(value, want.astype(float))
+    assert statements == []
+    odd = framestat.FrameStatistics(["objects('car') % 2 = 1"])
     for count in (5, 0, 2, 9, 25):
-        (value,) = crowd(np.array([count]), np.array([[count]]))
-        assert value[0] == float(count >= 3)
+        (value,) = odd(np.array([count]), np.array([[count]]))
+        assert value[0] == float(count % 2 == 1)
     assert len(statements) == 1
 
 
 def test_bad_oracle_output_is_refused_before_caching():
-    """The check refuses missing columns, detections of frames not asked about and missing
-    values, and returns the detections as new arrays (label codes, float64 values) that give
-    back the standard columns and dtypes."""
+    """An oracle's DataFrame becomes new arrays (label codes, float64 values) that give back
+    the standard columns and dtypes; the check refuses missing columns, detections of frames
+    not asked about, missing values and label codes without a name, and gives each
+    detection's position among the frames asked about."""
+    from dataclasses import replace
+
     import pandas as pd
     import pytest
 
     from vidql.detections import DETECTION_COLUMNS
-    from vidql.engine.oracle_api import check_detections
+    from vidql.engine.oracle_api import check_detections, detection_arrays
     from vidql.errors import OracleError
 
     oracle = type("O", (), {"name": "o"})()
     good = pd.DataFrame({"frame": [3, 3, 5], "label": ["car", "bus", "car"],
                          "score": [0.9, 0.8, 0.7], "x1": [1.0] * 3, "y1": [2.0] * 3,
                          "x2": [3.0] * 3, "y2": [4.0] * 3, "extra": [0] * 3}, index=[7, 8, 9])
-    checked = check_detections(good, np.array([3, 5]), oracle)
+    checked = detection_arrays(good, oracle)
+    assert check_detections(checked, np.array([5, 4, 3]), oracle).tolist() == [2, 2, 0]
     assert checked.names == ("car", "bus") and checked.codes.tolist() == [0, 1, 0]
     assert checked.values.dtype == np.float64 and checked.values[:, 0].tolist() == [0.9, 0.8, 0.7]
     assert not np.shares_memory(checked.frame, good["frame"].to_numpy())
@@ -222,14 +234,16 @@ def test_bad_oracle_output_is_refused_before_caching():
     assert list(table.columns) == DETECTION_COLUMNS and list(table.index) == [0, 1, 2]
     assert table["frame"].dtype == np.int64 and table["label"].tolist() == ["car", "bus", "car"]
     with pytest.raises(OracleError, match="without columns"):
-        check_detections(good.drop(columns="x2"), np.array([3, 5]), oracle)
+        detection_arrays(good.drop(columns="x2"), oracle)
     with pytest.raises(OracleError, match=r"not asked about: \[5\]"):
-        check_detections(good, np.array([3]), oracle)
+        check_detections(checked, np.array([3]), oracle)
     for column, value in (("score", np.nan), ("label", None)):
         bad = good.copy()
         bad.loc[8, column] = value
         with pytest.raises(OracleError, match="missing values"):
-            check_detections(bad, np.array([3, 5]), oracle)
+            check_detections(detection_arrays(bad, oracle), np.array([3, 5]), oracle)
+    with pytest.raises(OracleError, match="missing values"):
+        check_detections(replace(checked, names=("car",)), np.array([3, 5]), oracle)
 
 
 def test_an_index_representatives_are_counted_from_its_labels(small_traffic, tmp_path):

@@ -1,6 +1,7 @@
 """Detections, the one currency of labels: a DataFrame with DETECTION_COLUMNS (`frame, label,
 score, x1, y1, x2, y2`), one row per detected object, boxes in original pixels; a frame
-without detections has no row. Oracles return them, label files and indexes store them."""
+without detections has no row. Oracles return them, label files and indexes store them;
+the label cache passes them as `DetectionArrays`, the same columns as arrays."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -63,8 +64,29 @@ class DetectionArrays:
         return cls(df["frame"].to_numpy().astype(np.int64), codes.astype(np.int32),
                    tuple(str(n) for n in names), values)
 
+    @classmethod
+    def concat(cls, parts: list["DetectionArrays"]) -> "DetectionArrays":
+        """One set of the detections of `parts`, in order, their names merged."""
+        names = tuple(dict.fromkeys(n for p in parts for n in p.names))
+        codes = [np.asarray([names.index(n) for n in p.names], dtype=np.int32)[p.codes]
+                 if p.names != names else p.codes for p in parts]
+        return cls(np.concatenate([p.frame for p in parts] or [np.zeros(0, np.int64)]),
+                   np.concatenate(codes or [np.zeros(0, np.int32)]), names,
+                   np.concatenate([p.values for p in parts] or [np.zeros((0, len(FLOAT_COLUMNS)))]))
+
     def __len__(self) -> int:
         return len(self.frame)
+
+    def rows_in(self, frames: np.ndarray) -> np.ndarray:
+        """Each detection's position in `frames` (distinct frame numbers, in any order), -1
+        where its frame is not there."""
+        frames = np.asarray(frames)
+        if not len(frames):
+            return np.full(len(self.frame), -1, dtype=np.int64)
+        order = np.argsort(frames, kind="stable")
+        at = np.minimum(np.searchsorted(frames, self.frame, sorter=order), len(frames) - 1)
+        rows = order[at]
+        return np.where(frames[rows] == self.frame, rows, -1)
 
     def label_code(self, label: str) -> int:
         """The code of `label`, or -1 when no detection has it."""
