@@ -2,13 +2,13 @@
 tables, replayed after a kill."""
 from __future__ import annotations
 
-import zlib
 
 import numpy as np
 import pandas as pd
 
 import vidql
-from vidql.engine.labeljournal import HEAD, MAGIC, read_records
+from vidql.engine import labeljournal
+from vidql.engine.labeljournal import read_records, record
 
 from conftest import kill_when_blocked
 
@@ -90,8 +90,7 @@ def test_replay_cuts_a_torn_record_and_skips_merged_batches(small_traffic, tmp_p
 
 
 def _record(batch) -> bytes:
-    payload = batch.encode()
-    return HEAD.pack(MAGIC, len(payload), zlib.crc32(payload)) + payload
+    return b"".join(record(batch))
 
 
 def test_sigkill_during_a_query_keeps_its_journalled_batches(counter_clip, oracle_module,
@@ -115,14 +114,13 @@ def test_a_labelling_call_is_fsynced_once_for_a_nearly_free_oracle(small_traffic
                                                                    monkeypatch):
     """Every batch is written as it comes; a table lookup's batches are fsynced once, when
     the labelling call ends (even when it fails), a costly oracle's after each batch."""
-    import os
 
     import pytest
 
     video, labels = small_traffic
     synced = []
-    fsync = os.fsync
-    monkeypatch.setattr(os, "fsync", lambda fd: synced.append(fd) or fsync(fd))
+    fsync = labeljournal.sync_file
+    monkeypatch.setattr(labeljournal, "sync_file", lambda fd: synced.append(fd) or fsync(fd))
     with vidql.connect(tmp_path / "f.db", progress=False) as db:
         db.sql(f"LOAD VIDEO '{video}' AS t; "
                f"CREATE ORACLE free FROM LABELS '{labels}' WITH (batch_size = 16); "
@@ -156,14 +154,13 @@ def test_a_query_fsyncs_a_nearly_free_oracle_once(small_traffic, tmp_path, monke
     """An approximate query's labelling calls (ERROR WITHIN makes one per round) fsync a
     table lookup's batches once, when its labelling ends (also when it fails), before the
     answer; each batch is still written to the journal as it comes."""
-    import os
 
     import pytest
 
     video, labels = small_traffic
     synced = []
-    fsync = os.fsync
-    monkeypatch.setattr(os, "fsync", lambda fd: synced.append(fd) or fsync(fd))
+    fsync = labeljournal.sync_file
+    monkeypatch.setattr(labeljournal, "sync_file", lambda fd: synced.append(fd) or fsync(fd))
     with vidql.connect(tmp_path / "q.db", progress=False) as db:
         db.sql(f"LOAD VIDEO '{video}' AS t; "
                f"CREATE ORACLE free FROM LABELS '{labels}' WITH (batch_size = 16); "
@@ -180,3 +177,44 @@ def test_a_query_fsyncs_a_nearly_free_oracle_once(small_traffic, tmp_path, monke
             assert synced == []
             raise RuntimeError("stop")
         assert len(synced) == 1 and np.isin(np.arange(250, 282), cache.labelled_frames).all()
+
+
+def test_records_keep_detections_in_the_narrowest_exact_dtypes():
+    """Whole-pixel boxes (and a detector's float32 output) are written as float32, frames as
+    int32 and label codes as int16: about half the bytes, read back exactly. Values float32
+    cannot hold stay float64, and a record written before (all arrays wide, no dtypes in its
+    header) still reads."""
+    import json
+    import struct
+    from dataclasses import replace
+
+    from vidql.detections import DetectionArrays
+    from vidql.engine.labeljournal import LabelBatch
+
+    rng = np.random.default_rng(3)
+    m = 500
+    frames = np.arange(100, 164)
+    det = DetectionArrays(np.sort(rng.choice(frames, m)), rng.integers(0, 3, m).astype(np.int32),
+                          ("car", "bus", "person"),
+                          np.column_stack([rng.random(m).astype(np.float32),
+                                           np.round(rng.random((m, 4)) * 300)]).astype(np.float64))
+    counts = np.bincount(det.frame - 100, minlength=64).astype(np.int32)
+    for values, most in ((det.values, 27), (det.values + 0.1, 47)):
+        batch = LabelBatch("v", "o", "c", frames, counts, replace(det, values=values), [64, 0.5])
+        payload = b"".join(batch.payload())
+        assert len(payload) < 1000 + most * m
+        back = LabelBatch.decode(payload)
+        for got, want in ((back.frames, frames), (back.counts, counts), (back.detections.frame,
+                          det.frame), (back.detections.codes, det.codes),
+                          (back.detections.values, values)):
+            assert got.dtype == want.dtype
+            np.testing.assert_array_equal(got, want)
+        assert back.detections.names == det.names and back.cost == [64, 0.5]
+    header = json.dumps({"video": "v", "oracle": "o", "clip": "c", "frames": 64, "rows": m,
+                         "labels": list(det.names), "cost": None}).encode()
+    wide = b"".join([struct.pack("<I", len(header)), header, frames.astype("<i8").tobytes(),
+                     counts.astype("<i4").tobytes(), det.frame.astype("<i8").tobytes(),
+                     det.codes.astype("<i4").tobytes(), det.values.astype("<f8").tobytes()])
+    old = LabelBatch.decode(wide)
+    np.testing.assert_array_equal(old.detections.values, det.values)
+    np.testing.assert_array_equal(old.detections.frame, det.frame)
