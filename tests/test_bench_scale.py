@@ -7,7 +7,7 @@ import pytest
 
 from vidql.bench.registry import BenchContext
 from vidql.bench.runner import run
-from vidql.bench.scenarios_scale import (QUERY_FIGURES, build_options, scale_sizes,
+from vidql.bench.scenarios_scale import (QUERY_FIGURES, QUERY_REPEATS, build_options, scale_sizes,
                                          with_clause)
 from vidql.errors import ParameterError
 
@@ -42,6 +42,9 @@ def test_scale_scenario_reports_every_figure(tmp_path, monkeypatch):
         assert set(QUERY_FIGURES) <= set(figures_of_kind), kind
         assert clause in figures_of_kind["sql"], kind
         assert figures_of_kind["same_answer"], kind  # the planner's operator on arrays agrees
+        runs = figures_of_kind["label_path_overhead_runs"]
+        assert len(runs) == QUERY_REPEATS and figures_of_kind["label_path_overhead"] == \
+            sorted(runs)[(QUERY_REPEATS - 1) // 2], kind
     assert "peak_rss_mb" in result
     assert [p.endswith("scale.png") for p in entry["plots"]] == [True]
     assert (ctx.out_dir / "scale.png").stat().st_size > 0
