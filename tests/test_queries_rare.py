@@ -79,3 +79,19 @@ def test_parameter_errors(kwargs, message):
 def test_bad_embeddings_rejected():
     with pytest.raises(ParameterError, match="embeddings"):
         find_rare(np.zeros(10), lambda f: np.zeros(f.size, bool))
+
+
+def test_the_classifier_runs_on_one_blas_thread(monkeypatch):
+    """The classifier's small BLAS calls run on one thread whatever the caller allows (on 2
+    cores they ran 2-5x slower on two), so the scores do not depend on the cores."""
+    from sklearn.linear_model import LogisticRegression
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    seen = []
+    fit = LogisticRegression.fit
+    monkeypatch.setattr(LogisticRegression, "fit", lambda self, x, y: seen.append(
+        {d["num_threads"] for d in threadpool_info() if d["user_api"] == "blas"}) or fit(self, x, y))
+    emb, labels, proxy = rare_events(3)
+    with threadpool_limits(limits=2):
+        find_rare(emb, lambda f: labels[f], budget=200, seed=0, proxy=proxy)
+    assert seen and all(threads == {1} for threads in seen), seen
