@@ -270,3 +270,19 @@ def test_an_index_representatives_are_counted_from_its_labels(small_traffic, tmp
         truth = read_labels(labels)
         np.testing.assert_array_equal(cars, evaluate("objects('car')", truth, reps))
         np.testing.assert_array_equal(buses, evaluate("contains('bus')", truth, reps))
+
+
+def test_detection_arrays_concatenate_with_their_names_merged():
+    """Batches whose label names differ (each oracle batch names only its own labels) join
+    into one set whose codes point at the merged names; no parts give no detections."""
+    from vidql.detections import DetectionArrays
+
+    a = DetectionArrays(np.array([1, 2]), np.array([0, 1], dtype=np.int32), ("car", "bus"),
+                        np.ones((2, 5)))
+    b = DetectionArrays(np.array([7]), np.array([0], dtype=np.int32), ("person",), np.zeros((1, 5)))
+    c = DetectionArrays(np.array([9]), np.array([0], dtype=np.int32), ("bus",), np.zeros((1, 5)))
+    joined = DetectionArrays.concat([a, b, c])
+    assert joined.names == ("car", "bus", "person")
+    assert joined.to_frame()["label"].tolist() == ["car", "bus", "person", "bus"]
+    assert joined.frame.tolist() == [1, 2, 7, 9] and joined.values.shape == (4, 5)
+    assert len(DetectionArrays.concat([])) == 0
