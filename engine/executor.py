@@ -15,6 +15,7 @@ from .dialect_lex import tokenize
 from vidql.errors import CatalogError, ParameterError, QueryError
 from .exact import run_exact
 from .framestat import parse_frame_expr
+from .oracle_api import unknown_label_note
 from .result import Report, Result
 
 
@@ -238,6 +239,11 @@ def _exact(db, q: Query):
                     oracle=q.clauses.oracle, guarantee="exact")
     report.seconds["total"] = time.perf_counter() - t0
     report.add_stats(stats)
-    costs = {db.catalog.label_cache(v, q.clauses.oracle).oracle.simulated_cost_ms for v in read}
+    oracles = {db.catalog.label_cache(v, q.clauses.oracle).oracle for v in read}
+    labels = [fn.label for fn in parse_frame_expr(q.sql).functions]
+    notes = list(dict.fromkeys(filter(None, (unknown_label_note(o, labels) for o in oracles))))
+    if notes:
+        report.details["label_note"] = "; ".join(notes)
+    costs = {oracle.simulated_cost_ms for oracle in oracles}
     report.simulated_cost_ms = costs.pop() if len(costs) == 1 else None
     return None if relation is None else Result(db.catalog.con, relation.to_arrow_table(), report)

@@ -36,6 +36,7 @@ def explain(db, q: Query) -> Result:
            "estimated_seconds": report.estimated_seconds,
            "note": "; ".join(filter(None, [report.details.get("estimate"),
                                            report.details.get("seconds"),
+                                           report.details.get("label_note"),
                                            report.details.get("index_note")]))}
     return Result.of(db.catalog.con, pd.DataFrame([row]), report)
 

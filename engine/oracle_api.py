@@ -49,6 +49,8 @@ class Oracle(ABC):
     # labels ahead freely to make fewer batches; a model's extra frames are real cost
     nearly_free: bool = False
     sources: tuple[Path, ...] = ()  # files whose bytes the identity hashes (labels, weights, code)
+    labels: tuple[str, ...] | None = None  # every label it can give, when known ahead
+
 
     @abstractmethod
     def detect(self, frames, frame_ids: np.ndarray) -> pd.DataFrame:
@@ -76,6 +78,25 @@ class Oracle(ABC):
 
     def describe(self) -> str:
         return f"{type(self).__name__} {self.identity}"
+
+
+def unknown_label_note(oracle: Oracle, labels) -> str | None:
+    """A note for the frame functions' `labels` (None: any class) that `oracle` never gives
+    (known only for an oracle with `labels`): they count nothing on every frame, which is
+    rarely what a user meant (`objects('Car')` of a detector that says 'car')."""
+    if oracle.labels is None:
+        return None
+    known = set(oracle.labels)
+    notes = []
+    for label in dict.fromkeys(x for x in labels if x is not None and x not in known):
+        near = [k for k in oracle.labels if k.lower() == label.lower()]
+        notes.append(f"oracle {oracle.name!r} never gives label {label!r}, so frame functions "
+                     f"of {label!r} count nothing on any frame" + (
+                         f" (it gives {near[0]!r}: class names are case-sensitive)" if near else ""))
+    if not notes:
+        return None
+    return "; ".join(notes) + f"; its labels: {', '.join(oracle.labels[:12])}" + (
+        ", ..." if len(oracle.labels) > 12 else "")
 
 
 def detection_arrays(df: pd.DataFrame, oracle: Oracle) -> DetectionArrays:

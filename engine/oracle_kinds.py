@@ -116,6 +116,7 @@ class LabelsOracle(Oracle):
         self.name, self.batch_size, self.simulated_cost_ms = name, batch_size, cost_ms
         self.nearly_free = cost_ms is None  # a stated cost stands in for a model's
         self.identity = f"labels:{name}:{self._table.digest}"
+        self.labels = self._table.label_names
         self.sources = (Path(path),)
 
     def check_clips(self, clips: tuple[str, ...]) -> None:

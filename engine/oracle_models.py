@@ -82,6 +82,7 @@ class OnnxDetector(Oracle):
         self.fixed_batch = inp.shape[0] if isinstance(inp.shape[0], int) else None
         self.name, self.score, self.nms, self.layout = name, score, nms, layout
         self.classes = classes or list(COCO_CLASSES)
+        self.labels = tuple(self.classes)
         self.batch_size = batch_size
         self.identity = f"onnx:{name}:{file_digest(path)}:score={score}:nms={nms}"
         self._grids = _yolox_grids(self.input_hw[0]) if self.input_hw[0] == self.input_hw[1] else None
@@ -294,6 +295,7 @@ class TorchvisionDetector(Oracle):
                 f"weights for {model!r} not found at '{path}': put the checkpoint there or pass "
                 f"WITH (weights = 'file.pth'); vidql never downloads weights or uses random ones")
         self.categories = [c.replace(" ", "_") for c in enum.meta["categories"]]
+        self.labels = tuple(self.categories)
         net = builder(weights=None, weights_backbone=None, num_classes=len(self.categories))
         try:
             state = torch.load(path, map_location="cpu", weights_only=True)

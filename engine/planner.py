@@ -15,6 +15,7 @@ from vidql.errors import CatalogError, QueryError
 from .exact import bind_query
 from .framestat import FrameExpr, frame_statistic, is_predicate, parse_frame_expr
 from .labelcache import LabelCache
+from .oracle_api import unknown_label_note
 from .result import Report, Result
 
 OPERATORS = {
@@ -49,6 +50,8 @@ class Binding:
             raise QueryError("the query's frame restriction keeps no frames", q.text, 0)
         self.index_name, self.index = db.indexes.for_video(self.video, q.clauses.index,
                                                            self.cache.oracle.identity)
+        self.label_note = unknown_label_note(
+            self.cache.oracle, [fn.label for fn in parse_frame_expr(q.sql).functions])
         self.index_note = None
         if self.index is None:
             others = db.indexes.other_oracle_indexes(self.video, self.cache.oracle.identity)
@@ -136,8 +139,9 @@ class Binding:
         """A report naming this query's video, oracle and index (or why it has none)."""
         report = Report(operator=operator, video=self.video, oracle=self.cache.oracle.name,
                         index=self.index_name, seed=seed)
-        if self.index_note:
-            report.details["index_note"] = self.index_note
+        for key in ("index_note", "label_note"):
+            if getattr(self, key):
+                report.details[key] = getattr(self, key)
         return report
 
     def sampling_seed(self, seed: int) -> int:

@@ -224,6 +224,7 @@ class RayOracle(Oracle):
     def __init__(self, executor: RayExecutor, oracle: Oracle, entry: tuple, locate: Locate):
         self.executor, self.inner, self.locate = executor, oracle, locate
         self.name, self.identity, self.sources = oracle.name, oracle.identity, oracle.sources
+        self.labels = oracle.labels
         self.batch_size, self.simulated_cost_ms = oracle.batch_size, oracle.simulated_cost_ms
         self.nearly_free = oracle.nearly_free  # labels ahead as it would in the driver
         options = dict(entry[3] or {})

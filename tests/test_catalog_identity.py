@@ -273,3 +273,37 @@ def test_housekeeping_statements_parse(text, expected):
 def test_housekeeping_statement_errors(text, message):
     with pytest.raises(vidql.QueryError, match=message):
         parse(text)
+
+
+def test_a_label_the_oracle_never_gives_is_noted(small_traffic, tmp_path, clip_db):
+    """A query naming a label its oracle never gives (a LABELS table's labels, a detector's
+    classes) still answers (0 is right for it), but its report says so, naming the label in
+    another case when the oracle has one; approximate, exact and EXPLAIN alike. A label the
+    oracle gives, or an oracle whose labels are not known ahead (PYTHON), gets no note."""
+    from vidql.engine.oracle_api import unknown_label_note
+    from vidql.engine.oracle_models import OnnxDetector
+
+    video, labels = small_traffic
+    with vidql.connect(tmp_path / "n.db", progress=False) as db:
+        db.sql(f"LOAD VIDEO '{video}' AS t; CREATE ORACLE truth FROM LABELS '{labels}'; "
+               "SET ORACLE t = truth")
+        approx = db.sql("SELECT AVG(objects('Car')) FROM t ERROR WITHIN 0.5 SEED 1")
+        assert approx.df()["estimate"].iloc[0] == 0
+        note = approx.report.details["label_note"]
+        assert "never gives label 'Car'" in note and "it gives 'car'" in note
+        assert note in approx.report.summary()
+        exact = db.sql("SELECT count(*) FROM t WHERE frame < 20 AND contains('bicycle')")
+        assert exact.fetchall() == [(0,)]
+        assert "never gives label 'bicycle'" in exact.report.details["label_note"]
+        assert "case-sensitive" not in exact.report.details["label_note"]
+        plan = db.sql("EXPLAIN SELECT frame FROM t WHERE contains('BUS') LIMIT 3").df()
+        assert "never gives label 'BUS'" in plan["note"].iloc[0]
+        fine = db.sql("SELECT AVG(objects('car')) FROM t WHERE contains('person') "
+                      "ORACLE BUDGET 40 SEED 1")
+        assert "label_note" not in fine.report.details
+    clip_db.sql("SELECT count(*) FROM clip WHERE frame < 4 AND contains('Car')")
+    assert "label_note" not in clip_db.last_report.details
+    detector = OnnxDetector.__new__(OnnxDetector)
+    detector.name, detector.labels = "yolo", ("person", "car")
+    assert "it gives 'person'" in unknown_label_note(detector, ["Person", None, "car"])
+    assert unknown_label_note(detector, [None, "car"]) is None
