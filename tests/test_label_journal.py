@@ -5,12 +5,22 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pytest
 
 import vidql
 from vidql.engine import labeljournal
 from vidql.engine.labeljournal import read_records, record
 
 from conftest import kill_when_blocked
+
+
+@pytest.fixture()
+def synced(monkeypatch) -> list:
+    """The file descriptors the journal makes durable from now on (it still does)."""
+    calls = []
+    sync = labeljournal.sync_file
+    monkeypatch.setattr(labeljournal, "sync_file", lambda fd: calls.append(fd) or sync(fd))
+    return calls
 
 
 def _labelled(db) -> int:
@@ -111,16 +121,10 @@ def test_sigkill_during_a_query_keeps_its_journalled_batches(counter_clip, oracl
 
 
 def test_a_labelling_call_is_fsynced_once_for_a_nearly_free_oracle(small_traffic, tmp_path,
-                                                                   monkeypatch):
+                                                                   monkeypatch, synced):
     """Every batch is written as it comes; a table lookup's batches are fsynced once, when
     the labelling call ends (even when it fails), a costly oracle's after each batch."""
-
-    import pytest
-
     video, labels = small_traffic
-    synced = []
-    fsync = labeljournal.sync_file
-    monkeypatch.setattr(labeljournal, "sync_file", lambda fd: synced.append(fd) or fsync(fd))
     with vidql.connect(tmp_path / "f.db", progress=False) as db:
         db.sql(f"LOAD VIDEO '{video}' AS t; "
                f"CREATE ORACLE free FROM LABELS '{labels}' WITH (batch_size = 16); "
@@ -150,17 +154,11 @@ def test_a_labelling_call_is_fsynced_once_for_a_nearly_free_oracle(small_traffic
         assert len(synced) == 1 and len(cache.labelled_frames) == 64 + 32  # two batches kept
 
 
-def test_a_query_fsyncs_a_nearly_free_oracle_once(small_traffic, tmp_path, monkeypatch):
+def test_a_query_fsyncs_a_nearly_free_oracle_once(small_traffic, tmp_path, synced):
     """An approximate query's labelling calls (ERROR WITHIN makes one per round) fsync a
     table lookup's batches once, when its labelling ends (also when it fails), before the
     answer; each batch is still written to the journal as it comes."""
-
-    import pytest
-
     video, labels = small_traffic
-    synced = []
-    fsync = labeljournal.sync_file
-    monkeypatch.setattr(labeljournal, "sync_file", lambda fd: synced.append(fd) or fsync(fd))
     with vidql.connect(tmp_path / "q.db", progress=False) as db:
         db.sql(f"LOAD VIDEO '{video}' AS t; "
                f"CREATE ORACLE free FROM LABELS '{labels}' WITH (batch_size = 16); "
