@@ -152,6 +152,7 @@ class LabelCache:
                     bar.update(len(ids))
                     t0 = time.perf_counter()
         finally:  # every batch of the call durable before any is used, even on a failure
+            # (inside `labelling`, a nearly free oracle's batches are synced when it ends)
             if not (self._bar is not None and self.oracle.nearly_free):
                 self.journal.sync()
             self._cost = [0, 0.0]
