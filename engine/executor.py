@@ -219,7 +219,8 @@ def run_query(db, q: Query) -> Result | None:
 def _exact(db, q: Query):
     videos = db.catalog.video_names()
     lower = {v.lower(): v for v in videos}
-    uses_functions = bool(parse_frame_expr(q.sql).functions)
+    functions = parse_frame_expr(q.sql).functions
+    uses_functions = bool(functions)
     read = []  # videos whose labels the query needs
     for table in q.tables:
         parts = table.lower().split(".")
@@ -240,7 +241,7 @@ def _exact(db, q: Query):
     report.seconds["total"] = time.perf_counter() - t0
     report.add_stats(stats)
     oracles = {db.catalog.label_cache(v, q.clauses.oracle).oracle for v in read}
-    labels = [fn.label for fn in parse_frame_expr(q.sql).functions]
+    labels = [fn.label for fn in functions]
     notes = list(dict.fromkeys(filter(None, (unknown_label_note(o, labels) for o in oracles))))
     if notes:
         report.details["label_note"] = "; ".join(notes)

@@ -51,7 +51,6 @@ class Oracle(ABC):
     sources: tuple[Path, ...] = ()  # files whose bytes the identity hashes (labels, weights, code)
     labels: tuple[str, ...] | None = None  # every label it can give, when known ahead
 
-
     @abstractmethod
     def detect(self, frames, frame_ids: np.ndarray) -> pd.DataFrame:
         """Detections for a batch: frames (N×H×W×3 uint8 RGB, what `prepare` made of them,

@@ -13,6 +13,7 @@ from .network import CompactCNN, to_tensor, torch_device
 
 HELD_OUT_PART = 64  # held-out triplets scored at once (256: 70-115 MB more peak RSS)
 
+
 def label_closeness(labels: pd.DataFrame, frames: np.ndarray, *, box_tol: float = 1.0
                     ) -> tuple[np.ndarray, np.ndarray]:
     """Class counts (T×C int) and closeness (T×T bool) of labelled `frames`.

@@ -123,7 +123,7 @@ def find_rare(embeddings: np.ndarray, predicate: Callable[[np.ndarray], np.ndarr
 
 def one_blas_thread():
     """A block whose BLAS and OpenMP calls run on one thread: the classifier's are small, and
-    on 2 cores a FIND RARE on 10k frames took 38-52 ms so against 83-243 ms with two
+    on 2 cores a FIND RARE on 10k frames took 38-52 ms against 83-243 ms with two
     threads; its scores (and so its answer) then do not depend on the machine's cores."""
     from threadpoolctl import threadpool_limits
 
