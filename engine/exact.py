@@ -13,7 +13,8 @@ from .catalog import Catalog, quote_name
 from .clips import ClipMap
 from vidql.errors import QueryError
 from .framestat import FrameExpr, frame_table_sql, parse_frame_expr
-from .labelcache import LabelStats
+from .labelcache import LabelCache, LabelStats
+from .oracle_api import never_gives
 
 
 def needed_frames(clip_map: ClipMap, frame_range: tuple[int | None, int | None] | None) -> np.ndarray:
@@ -26,12 +27,38 @@ def needed_frames(clip_map: ClipMap, frame_range: tuple[int | None, int | None] 
     return np.concatenate(parts).astype(np.int64) if parts else np.empty(0, dtype=np.int64)
 
 
+def label_reads(videos: list[str], tables: list[str], uses_functions: bool
+                ) -> tuple[list[str], tuple[str, ...]]:
+    """(the videos of `videos` whose labels a query over `tables` needs, those it reads as
+    `video.objects`): a video table is read through frame functions when `uses_functions`."""
+    lower = {v.lower(): v for v in videos}
+    read, objects = [], []
+    for table in tables:
+        parts = table.lower().split(".")
+        video = lower.get(parts[0])
+        reads_objects = len(parts) == 2 and parts[1] == "objects"
+        if video is not None and (reads_objects or uses_functions) and video not in read:
+            read.append(video)
+        if video is not None and reads_objects and video not in objects:
+            objects.append(video)
+    return read, tuple(objects)
+
+
+def functions_known(cache: LabelCache, functions, reads_objects: bool) -> bool:
+    """Whether a query's frame `functions` over `cache`'s video are known on every frame
+    without labelling: they name only labels its oracle never gives (each counts 0), and
+    the query does not read the video's detections (`video.objects`)."""
+    return not reads_objects and never_gives(cache.oracle, [fn.label for fn in functions])
+
+
 def run_exact(catalog: Catalog, sql: str, videos: list[str],
-              frame_ranges: dict[str, tuple] | None = None,
-              oracle: str | None = None) -> tuple[duckdb.DuckDBPyRelation | None, LabelStats]:
-    """Run `sql` exactly. `videos` are the video tables it reads (`night` or `night.objects`);
-    `frame_ranges` optionally limits the frames labelled per video. Returns the result
-    (materialised, so it stays valid) and what labelling cost."""
+              frame_ranges: dict[str, tuple] | None = None, oracle: str | None = None,
+              objects: tuple[str, ...] = ()) -> tuple[duckdb.DuckDBPyRelation | None, LabelStats]:
+    """Run `sql` exactly. `videos` are the video tables it reads (`night` or `night.objects`),
+    `objects` those it reads as `night.objects`; `frame_ranges` optionally limits the frames
+    labelled per video. Frame functions only of labels the oracle never gives are known (0)
+    without labelling. Returns the result (materialised, so it stays valid) and what
+    labelling cost."""
     expr = bind_query(catalog, sql, videos, oracle)
     stats = LabelStats()
     shadows, variables = [], []
@@ -39,8 +66,10 @@ def run_exact(catalog: Catalog, sql: str, videos: list[str],
         for video in videos:
             cache = catalog.label_cache(video, oracle)
             before = cache.stats.snapshot()
+            known = functions_known(cache, expr.functions, video in objects)
             frames = needed_frames(cache.clip_map, (frame_ranges or {}).get(video))
-            cache.ensure(frames, desc=f"exact query: labelling {video}")
+            if not known:
+                cache.ensure(frames, desc=f"exact query: labelling {video}")
             delta = cache.stats.since(before)
             stats.oracle_calls += delta.oracle_calls
             stats.cache_hits += delta.cache_hits
@@ -50,7 +79,8 @@ def run_exact(catalog: Catalog, sql: str, videos: list[str],
             variables.append(catalog.oracle_variable(video))
             catalog.con.execute(f"SET VARIABLE {quote_name(variables[-1])} = ?", [cache.oracle.identity])
             if expr.functions:
-                shadows.append(_shadow_video(catalog, video, cache.oracle.identity, expr.functions))
+                shadows.append(_shadow_video(catalog, video, cache.oracle.identity, expr.functions,
+                                             known=known))
         catalog.flush_labels()  # a query may name vidql.labels itself
         try:
             rel = catalog.con.sql(expr.sql)
@@ -95,9 +125,10 @@ def bind_query(catalog: Catalog, sql: str, videos: list[str],
 
 
 def _shadow_video(catalog: Catalog, video: str, identity: str, functions, *,
-                  rows: bool = True) -> str:
+                  rows: bool = True, known: bool = False) -> str:
     """Create temp table `video` (shadowing main.video) with a column per frame function.
-    Frames are joined to labels by global position (clip's first frame + frame). Without
+    Frames are joined to labels by global position (clip's first frame + frame); with
+    `known`, every frame's functions are known (0) whether it is labelled or not. Without
     `rows`, the table is empty: its columns are enough to bind a query."""
     q = quote_name(video)
     v, o = _literal(video), _literal(identity)
@@ -111,7 +142,8 @@ def _shadow_video(catalog: Catalog, video: str, identity: str, functions, *,
                   f"l JOIN vidql.clips c ON c.video = l.video AND c.clip = l.clip WHERE "
                   f"l.video = {v} AND l.oracle = {o})")
     table = frame_table_sql(functions, detections, labelled)
-    cols = ", ".join(f"CASE WHEN __labelled THEN {fn.column} END AS {fn.column}" for fn in functions)
+    cols = ", ".join(fn.column if known else f"CASE WHEN __labelled THEN {fn.column} END AS "
+                     f"{fn.column}" for fn in functions)
     catalog.con.execute(f"CREATE OR REPLACE TEMP TABLE {q} AS SELECT __clip AS clip, __frame AS "
                         f"frame, ts, start_ts, {cols} FROM ({table}) "
                         f"{'ORDER BY __position' if rows else 'LIMIT 0'}")

@@ -13,7 +13,7 @@ from .dialect import (AlterVideoPath, AlterVideoStart, CreateIndex, CreateOracle
                       parse_script)
 from .dialect_lex import tokenize
 from vidql.errors import CatalogError, ParameterError, QueryError
-from .exact import run_exact
+from .exact import label_reads, run_exact
 from .framestat import parse_frame_expr
 from .oracle_api import unknown_label_note
 from .result import Report, Result
@@ -221,21 +221,18 @@ def _exact(db, q: Query):
     lower = {v.lower(): v for v in videos}
     functions = parse_frame_expr(q.sql).functions
     uses_functions = bool(functions)
-    read = []  # videos whose labels the query needs
     for table in q.tables:
-        parts = table.lower().split(".")
-        reads_labels = len(parts) == 2 and parts[1] == "objects" or uses_functions
-        if parts[0] in lower:
-            db.catalog.ensure_video_relations(lower[parts[0]])
-        if parts[0] in lower and reads_labels and lower[parts[0]] not in read:
-            read.append(lower[parts[0]])
+        if table.split(".")[0].lower() in lower:
+            db.catalog.ensure_video_relations(lower[table.split(".")[0].lower()])
+    read, objects = label_reads(videos, q.tables, uses_functions)
     ranges = {}
     single = q.video or (q.tables[0] if len(q.tables) == 1 else None)  # `night` or `night.objects`
     if single is not None and q.frame_range is not None and single.split(".")[0].lower() in lower:
         lo, hi = q.frame_range
         ranges[lower[single.split(".")[0].lower()]] = (lo, None if hi is None else hi + 1)
     t0 = time.perf_counter()
-    relation, stats = run_exact(db.catalog, q.sql, read, ranges, oracle=q.clauses.oracle)
+    relation, stats = run_exact(db.catalog, q.sql, read, ranges, oracle=q.clauses.oracle,
+                                objects=tuple(objects))
     report = Report(operator="exact", video=", ".join(read) or None,
                     oracle=q.clauses.oracle, guarantee="exact")
     report.seconds["total"] = time.perf_counter() - t0

@@ -7,8 +7,9 @@ import numpy as np
 import pandas as pd
 
 from .dialect import Query
-from .exact import bind_query
+from .exact import bind_query, functions_known, label_reads
 from .framestat import FrameExpr, frame_statistic, is_predicate
+from .oracle_api import never_gives
 from .planner import (OPERATORS, Binding, column_groups, count_star, error_bound,
                       group_codes, grouped_error_bound, predicate_expr, query_confidence)
 from .result import Report, Result
@@ -74,18 +75,19 @@ def _estimate_exact(db, q: Query, report: Report) -> int:
     total = 0
     names = {v.lower(): v for v in db.catalog.video_names()}
     videos = [names[t.split(".")[0].lower()] for t in q.tables if t.split(".")[0].lower() in names]
-    bind_query(db.catalog, q.sql, list(dict.fromkeys(videos)), q.clauses.oracle)
-    for table in q.tables:
-        video = names.get(table.split(".")[0].lower())
-        if video is None:
-            continue
+    functions = bind_query(db.catalog, q.sql, list(dict.fromkeys(videos)), q.clauses.oracle).functions
+    read, objects = label_reads(list(names.values()), q.tables, bool(functions))
+    for video in read:
         cache = db.catalog.label_cache(video, q.clauses.oracle)
+        report.video, report.oracle = video, cache.oracle.name
+        if functions_known(cache, functions, video in objects):
+            continue
         lo, hi = q.frame_range or (0, None)
         hi = cache.n_frames - 1 if hi is None else min(hi, cache.n_frames - 1)
         wanted = np.arange(lo, hi + 1)
         total += int((~np.isin(wanted, cache.labelled_frames)).sum())
-        report.video, report.oracle = video, cache.oracle.name
-    report.details["estimate"] = "frames in range not yet in the label cache"
+    report.details["estimate"] = ("frames in range not yet in the label cache (none for frame "
+                                  "functions only of labels the oracle never gives)")
     return total
 
 
@@ -102,6 +104,11 @@ def _estimate_approximate(b: Binding, q: Query, report: Report) -> int:
         return round(min(int(c.budget), b.n) * (1.0 - StandIn.cached_share(b)))
     if q.kind == "aggregate" and count_star(q):
         report.details["estimate"] = "COUNT(*) of the video table needs no oracle"
+        return 0
+    if never_gives(b.cache.oracle, [fn.label for fn in b.functions]):  # every statistic
+        report.details["estimate"] = ("the oracle never gives a label the query's frame "
+                                      "functions name, so they count 0 on every frame: no "
+                                      "oracle call")
         return 0
     stand_in = StandIn.build(b)
     if stand_in is None:

@@ -23,7 +23,7 @@ from vidql.errors import OracleError, VidqlError
 from .clips import ClipMap
 from .framestat import FrameExpr, FrameStatistics, count_detections, count_sql
 from .labeljournal import LabelBatch, LabelJournal
-from .oracle_api import Oracle, check_detections
+from .oracle_api import Oracle, check_detections, never_gives
 
 MIN_AHEAD = 16  # frames labelled at once when an operator asks fewer (label_ahead)
 COUNTS_AT_ONCE = 4096  # uncounted earlier labels counted in one statement when at most this many
@@ -370,8 +370,16 @@ class LabelCache:
         """A callback for operators: frame numbers -> a tuple with the true values of each
         frame statistic. Values come from the counts of the batches the oracle just returned
         (or, for frames labelled earlier, from one catalog statement), not from a lookup of
-        detections per call."""
+        detections per call; statistics only of labels the oracle never gives are known
+        without it (`never_gives`). The callback's `needs_oracle` says which."""
         stats = FrameStatistics(exprs)
+        if never_gives(self.oracle, [label for label, _ in stats.keys]):  # every count is 0
+            def known(frames: np.ndarray) -> tuple:
+                frames = self._check_range(frames)
+                return stats(frames, np.zeros((len(frames), len(stats.keys)), dtype=np.int32))
+
+            known.needs_oracle = False
+            return known
         for key in stats.keys:  # counted from each batch the oracle labels from now on
             self._count_key(key)
 
@@ -380,4 +388,5 @@ class LabelCache:
             self.ensure(frames)
             return stats(frames, self.counts(frames, stats.keys))
 
+        values.needs_oracle = True
         return values

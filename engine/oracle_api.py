@@ -79,6 +79,14 @@ class Oracle(ABC):
         return f"{type(self).__name__} {self.identity}"
 
 
+def never_gives(oracle: Oracle, labels) -> bool:
+    """Whether `oracle` is known never to give any of `labels` (at least one; None: any
+    class), so that frame functions of them count 0 on every frame without labelling."""
+    labels = list(labels)
+    return oracle.labels is not None and bool(labels) and all(
+        label is not None and label not in oracle.labels for label in labels)
+
+
 def unknown_label_note(oracle: Oracle, labels) -> str | None:
     """A note for the frame functions' `labels` (None: any class) that `oracle` never gives
     (known only for an oracle with `labels`): they count nothing on every frame, which is

@@ -15,7 +15,7 @@ from vidql.errors import CatalogError, QueryError
 from .exact import bind_query
 from .framestat import FrameExpr, frame_statistic, is_predicate, parse_frame_expr
 from .labelcache import LabelCache
-from .oracle_api import unknown_label_note
+from .oracle_api import never_gives, unknown_label_note
 from .result import Report, Result
 
 OPERATORS = {
@@ -50,8 +50,8 @@ class Binding:
             raise QueryError("the query's frame restriction keeps no frames", q.text, 0)
         self.index_name, self.index = db.indexes.for_video(self.video, q.clauses.index,
                                                            self.cache.oracle.identity)
-        self.label_note = unknown_label_note(
-            self.cache.oracle, [fn.label for fn in parse_frame_expr(q.sql).functions])
+        self.functions = parse_frame_expr(q.sql).functions  # the query's frame functions
+        self.label_note = unknown_label_note(self.cache.oracle, [fn.label for fn in self.functions])
         self.index_note = None
         if self.index is None:
             others = db.indexes.other_oracle_indexes(self.video, self.cache.oracle.identity)
@@ -94,11 +94,20 @@ class Binding:
         return np.asarray(self.index.proxy(frame_statistic(expr)),
                           dtype=np.float64)[self.population]
 
+    def known_without_oracle(self, expr: FrameExpr) -> bool:
+        """Whether `expr`'s values are known on every frame without the oracle (it names
+        only labels the oracle never gives, so every count in it is 0)."""
+        return never_gives(self.cache.oracle, [fn.label for fn in expr.functions])
+
     def truths(self, *exprs: FrameExpr | str):
         """Callback: positions in the population -> tuple of true values, one array per
         statistic (through the label cache, one lookup for all)."""
         values = self.cache.true_values(*exprs)
-        return self._ahead(lambda positions: values(self.frames(positions)))
+
+        def fn(positions):
+            return values(self.frames(positions))
+        # statistics known without the oracle (labels it never gives) label nothing ahead
+        return self._ahead(fn) if values.needs_oracle else fn
 
     def truth(self, expr: FrameExpr | str):
         """Callback: positions in the population -> true values of one statistic."""
@@ -530,6 +539,11 @@ def _run_selection(b: Binding, q: Query, seed: int, report: Report) -> pd.DataFr
     is_true = lambda positions: truth(positions) > 0
     proxy = b.proxy(pred)
     c = q.clauses
+    if q.kind in ("select_recall", "select_precision") and b.known_without_oracle(pred):
+        report.operator = "exact selection (no oracle call)"
+        report.guarantee = "exact: the predicate is known on every frame without the oracle"
+        hits = np.flatnonzero(is_true(np.arange(b.n)))
+        return b.frame_rows(b.population[hits]).assign(verified=True)
     if q.kind == "limit":
         ranking = proxy if proxy is not None else np.zeros(b.n)
         # batches never exceed the hits still needed, so at most LIMIT - 1 extra calls

@@ -83,7 +83,7 @@ def test_array_path_is_the_planners_own_operator_call(traffic_db, small_traffic,
                         lambda b, q, *rest: kinds.append(q.kind) or run_operator(b, q, *rest))
     detections = read_labels(small_traffic[1])
     sqls = {"aggregate": "SELECT AVG(objects('car')) FROM t ERROR WITHIN 0.3 SEED 3",
-            "aggregate_budget": "SELECT COUNT(*) FROM t WHERE contains('bus') "
+            "aggregate_budget": "SELECT COUNT(*) FROM t WHERE contains('person') "
                                 "ORACLE BUDGET 60 SEED 3",
             "limit": "SELECT frame FROM t WHERE objects('car') >= 3 LIMIT 2 GAP 5 SEED 3"}
     with vidql.connect(traffic_db, progress=False) as db:

@@ -307,3 +307,43 @@ def test_a_label_the_oracle_never_gives_is_noted(small_traffic, tmp_path, clip_d
     detector.name, detector.labels = "yolo", ("person", "car")
     assert "it gives 'person'" in unknown_label_note(detector, ["Person", None, "car"])
     assert unknown_label_note(detector, [None, "car"]) is None
+
+
+def test_statistics_only_of_labels_the_oracle_never_gives_call_no_oracle(small_traffic, tmp_path):
+    """`objects('CAR')` of an oracle that never gives 'CAR' is 0 on every frame, so a query
+    whose statistics name only such labels answers without the oracle (a LIMIT labelled
+    frame after frame looking for a hit), with the answer labelling gives and the note; a
+    RECALL or PRECISION TARGET returns the exact set (RECALL returned most frames: with no
+    positive drawn, no smaller set was certified). Exact queries too; EXPLAIN expects no call.
+    A query that also names a label the oracle gives, or reads `t.objects`, labels as before."""
+    video, labels = small_traffic
+    with vidql.connect(tmp_path / "g.db", progress=False) as db:
+        db.sql(f"LOAD VIDEO '{video}' AS t; CREATE ORACLE truth FROM LABELS '{labels}'; "
+               "SET ORACLE t = truth")
+        limit = db.sql("SELECT frame FROM t WHERE objects('CAR') >= 1 LIMIT 3")
+        assert len(limit.df()) == 0 and limit.report.oracle_calls == 0
+        assert "never gives label 'CAR'" in limit.report.details["label_note"]
+        avg = db.sql("SELECT AVG(objects('Car') * 2 + 1) FROM t ERROR WITHIN 0.5 SEED 1").df()
+        assert avg[["estimate", "ci_low", "ci_high", "oracle_calls"]].values.tolist() == [[1, 1, 1, 0]]
+        count = db.sql("SELECT COUNT(*) FROM t WHERE contains('Bus') ORACLE BUDGET 50 SEED 1")
+        assert count.df()["estimate"].iloc[0] == 0 and count.report.oracle_calls == 0
+        assert len(db.labels("t").labelled_frames) == 0
+        db.sql("CREATE INDEX ti ON t USING TASTI WITH (train = 20, reps = 40, triplets = 100)")
+        before = len(db.labels("t").labelled_frames)
+        recall = db.sql("SELECT frame FROM t WHERE contains('BUS') RECALL TARGET 90% "
+                        "ORACLE BUDGET 100")
+        assert len(recall.df()) == 0 and recall.report.oracle_calls == 0  # exact, not a guess
+        assert recall.report.guarantee.startswith("exact")
+        rare = db.sql("SELECT frame FROM t WHERE objects('Car') > 0 FIND RARE ORACLE BUDGET 50")
+        assert len(rare.df()) == 0 and len(db.labels("t").labelled_frames) == before
+        plan = db.sql("EXPLAIN SELECT AVG(objects('Car')) FROM t ERROR WITHIN 0.1").df()
+        assert plan["estimated_oracle_calls"].iloc[0] == 0
+        exact = db.sql("SELECT count(*), sum(objects('Car')) FROM t WHERE NOT contains('BUS')")
+        assert exact.fetchall() == [(300, 0)] and exact.report.oracle_calls == 0
+        assert db.sql("EXPLAIN SELECT count(*) FROM t WHERE contains('Bus')"
+                      ).df()["estimated_oracle_calls"].iloc[0] == 0
+        assert len(db.labels("t").labelled_frames) == before
+        mixed = db.sql("SELECT AVG(objects('car') + objects('Car')) FROM t ORACLE BUDGET 30 SEED 1")
+        assert mixed.report.oracle_calls > 0
+        objects = db.sql("SELECT count(*) FROM t.objects WHERE label = 'Car' AND frame < 250")
+        assert objects.fetchall() == [(0,)] and objects.report.oracle_calls > 0  # detections read
