@@ -119,6 +119,7 @@ class Catalog:
         self._caches: dict[tuple[str, str], LabelCache] = {}
         self._infos: dict[str, object] = {}
         self._video_rows: dict[str, dict] | None = None  # within a query: rows read so far
+        self._statement_caches: dict[tuple, LabelCache] = {}  # within a query: caches found
         self.executor = None  # a RayExecutor (engine.ray_executor) when not local
         self.journal = LabelJournal(self.artifacts / "labels.journal", con)
         if not read_only:  # a read-only file has its catalog tables (or is no vidql database)
@@ -128,8 +129,8 @@ class Catalog:
 
     @contextmanager
     def statement(self):
-        """One statement (a query or an index build): the video rows it reads are read
-        once (a catalog change inside reads them afresh)."""
+        """One statement (a query or an index build): the video rows it reads, and the label
+        caches it asks for, are looked up once (a catalog change inside looks afresh)."""
         outer = self._video_rows is None
         if outer:
             self._video_rows = {}
@@ -138,6 +139,7 @@ class Catalog:
         finally:
             if outer:
                 self._video_rows = None
+                self._statement_caches.clear()
 
     def flush_labels(self) -> None:
         """Merge the label batches waiting in the journal into the catalog tables: before
@@ -160,6 +162,7 @@ class Catalog:
         self.flush_labels()
         if self._video_rows is not None:
             self._video_rows.clear()
+        self._statement_caches.clear()
         self.con.execute("BEGIN TRANSACTION")
         try:
             for sql, params in statements:
@@ -355,6 +358,7 @@ class Catalog:
             del self._infos[key]
         for key in [k for k in self._caches if k[0] == name]:
             del self._caches[key]
+        self._statement_caches.clear()
 
     @staticmethod
     def _timestamps(info) -> np.ndarray:
@@ -677,7 +681,11 @@ class Catalog:
 
     # ---- label caches -------------------------------------------------------------
     def label_cache(self, video: str, oracle: str | None = None) -> LabelCache:
-        """The label cache of a video for an oracle (its default oracle when None)."""
+        """The label cache of a video for an oracle (its default oracle when None); within a
+        statement, found once (its oracle's sources are checked once a statement)."""
+        memo = (video.lower(), oracle)
+        if self._video_rows is not None and memo in self._statement_caches:
+            return self._statement_caches[memo]
         row = self.video_row(video)
         self.ensure_video_relations(row["name"])
         o = self.oracle(oracle) if oracle else self.default_oracle(row["name"])
@@ -695,6 +703,8 @@ class Catalog:
             self._caches[key] = LabelCache(self.con, video, clip_map, o,
                                            self._pixel_batches(video, clip_map, o.prepare),
                                            journal=self.journal, progress=self.progress)
+        if self._video_rows is not None:
+            self._statement_caches[memo] = self._caches[key]
         return self._caches[key]
 
     def locate(self, video: str, clip_map: ClipMap, positions: np.ndarray) -> list[tuple]:
@@ -711,6 +721,7 @@ class Catalog:
         for cache in self._caches.values():
             getattr(cache.oracle, "close", lambda: None)()
         self._caches.clear()
+        self._statement_caches.clear()
         self.executor = executor
 
     def lowres_source(self, video: str):

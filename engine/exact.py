@@ -112,9 +112,8 @@ def bind_query(catalog: Catalog, sql: str, videos: list[str],
     try:
         if expr.functions:
             for video in videos:
-                identity = catalog.label_cache(video, oracle).oracle.identity
-                shadows.append(_shadow_video(catalog, video, identity, expr.functions,
-                                             rows=False))
+                catalog.label_cache(video, oracle)  # an unknown or changed oracle: an error now
+                shadows.append(_empty_shadow(catalog, video, expr.functions))
         catalog.con.sql(expr.sql)
     except duckdb.Error as exc:
         raise QueryError(f"DuckDB cannot run the query: {exc}", sql) from None
@@ -124,12 +123,22 @@ def bind_query(catalog: Catalog, sql: str, videos: list[str],
     return expr
 
 
+def _empty_shadow(catalog: Catalog, video: str, functions) -> str:
+    """Create an empty temp table `video` with the columns and types of `_shadow_video`'s
+    (a count is BIGINT, `contains` BOOLEAN): enough to bind a query, and no join to run."""
+    q = quote_name(video)
+    cols = ", ".join(f"{'0::BIGINT' if fn.kind == 'objects' else 'false'} AS {fn.column}"
+                     for fn in functions)
+    catalog.con.execute(f"CREATE OR REPLACE TEMP TABLE {q} AS SELECT clip, frame, ts, start_ts, "
+                        f"{cols} FROM main.{q} LIMIT 0")
+    return video
+
+
 def _shadow_video(catalog: Catalog, video: str, identity: str, functions, *,
-                  rows: bool = True, known: bool = False) -> str:
+                  known: bool = False) -> str:
     """Create temp table `video` (shadowing main.video) with a column per frame function.
     Frames are joined to labels by global position (clip's first frame + frame); with
-    `known`, every frame's functions are known (0) whether it is labelled or not. Without
-    `rows`, the table is empty: its columns are enough to bind a query."""
+    `known`, every frame's functions are known (0) whether it is labelled or not."""
     q = quote_name(video)
     v, o = _literal(video), _literal(identity)
     labelled = (f"(SELECT c.first_frame + v.frame AS frame, c.first_frame + v.frame AS __position, "
@@ -145,8 +154,7 @@ def _shadow_video(catalog: Catalog, video: str, identity: str, functions, *,
     cols = ", ".join(fn.column if known else f"CASE WHEN __labelled THEN {fn.column} END AS "
                      f"{fn.column}" for fn in functions)
     catalog.con.execute(f"CREATE OR REPLACE TEMP TABLE {q} AS SELECT __clip AS clip, __frame AS "
-                        f"frame, ts, start_ts, {cols} FROM ({table}) "
-                        f"{'ORDER BY __position' if rows else 'LIMIT 0'}")
+                        f"frame, ts, start_ts, {cols} FROM ({table}) ORDER BY __position")
     return video
 
 

@@ -64,3 +64,21 @@ def test_malformed_queries_raise_vidql_errors(db, query, error):
     with pytest.raises(error):
         db.sql(query)
     assert db.sql("SHOW VIDEOS").df()["name"].tolist() == ["clip"]
+
+
+def test_a_query_binds_over_the_column_types_it_runs_over(db):
+    """Queries are bound (before any oracle call) over an empty table built without the
+    labels join; its columns must have the types of the table they then run over."""
+    from vidql.engine.exact import _empty_shadow, _shadow_video
+    from vidql.engine.framestat import parse_frame_expr
+
+    functions = parse_frame_expr("objects('car') + objects(*, 0.5) + contains('car')").functions
+    identity = db.catalog.label_cache("clip").oracle.identity
+    types = []
+    for make in (lambda: _empty_shadow(db.catalog, "clip", functions),
+                 lambda: _shadow_video(db.catalog, "clip", identity, functions)):
+        make()
+        types.append(db.catalog.con.execute("DESCRIBE temp.clip").df()[["column_name",
+                                                                        "column_type"]])
+        db.catalog.con.execute("DROP TABLE temp.clip")
+    assert types[0].equals(types[1]) and len(types[0]) == 4 + len(functions)
