@@ -83,8 +83,17 @@ class FrameExpr:
         return self.sql.strip()
 
     def values(self, detections: pd.DataFrame, frames) -> np.ndarray:
-        """The statistic's true value on each of `frames`, given their detections."""
-        return evaluate(self, detections, frames)
+        """The statistic's true value on each of `frames` (distinct), given their detections:
+        `evaluate`'s values, from per-frame counts (a DuckDB statement only for a statistic
+        that is not one count, over its distinct counts)."""
+        frames = np.asarray(frames, dtype=np.int64)
+        det = DetectionArrays.of(detections)
+        rows = det.rows_in(frames)
+        keep = (rows >= 0) & (det.codes >= 0)  # of these frames, with a label
+        det, rows = det.where(keep), rows[keep]
+        stats = FrameStatistics([self])
+        counts = np.column_stack([count_detections(k, det, rows, len(frames)) for k in stats.keys])
+        return stats(frames, counts)[0]
 
 
 def frame_statistic(expr: str | FrameExpr) -> FrameExpr:

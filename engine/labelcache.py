@@ -262,11 +262,15 @@ class LabelCache:
             frames = self._check_range(frames)
             self.ensure(frames)
         wanted = np.unique(frames)
-        waiting, parts = np.zeros(len(wanted), dtype=bool), []
-        for first, b in self._pending_batches():
-            waiting |= np.isin(wanted, first + b.frames)
-            det = b.detections.shifted(first)
-            parts.append(det.where(np.isin(det.frame, wanted)).to_frame())
+        waiting, found, parts = np.zeros(len(wanted), dtype=bool), [], []
+        for first, b in self._pending_batches():  # only those holding wanted frames
+            hit = np.isin(wanted, first + b.frames)
+            if hit.any():
+                waiting |= hit
+                det = b.detections.shifted(first)
+                found.append(det.where(np.isin(det.frame, wanted)))
+        if found:
+            parts.append(DetectionArrays.concat(found).to_frame())
         rest = wanted[~waiting]
         if len(rest):
             with self._wanted(rest):

@@ -35,6 +35,23 @@ def _check_values(db_path, video: str, labels_path, n: int) -> None:
                 np.testing.assert_array_equal(value, evaluate(expr, truth, frames), err_msg=expr)
 
 
+def test_statistic_values_on_detections_equal_evaluate(small_traffic):
+    """What an index's representatives are given (`FrameExpr.values`, from counts) equals
+    `evaluate` on the same detections: frames in any order, some without detections, a
+    row without a label, detections of frames not asked for."""
+    from vidql.engine.framestat import parse_frame_expr
+    import pandas as pd
+
+    truth = read_labels(small_traffic[1])
+    frames = np.random.default_rng(3).choice(300, 80, replace=False)
+    blank = pd.DataFrame({"frame": [int(frames[0])], "label": [None], "score": [0.0],
+                          "x1": [0.0], "y1": [0.0], "x2": [0.0], "y2": [0.0]})
+    detections = pd.concat([truth, blank], ignore_index=True)
+    for expr in EXPRS:
+        np.testing.assert_array_equal(parse_frame_expr(expr).values(detections, frames),
+                                      evaluate(expr, detections, frames), err_msg=expr)
+
+
 def test_values_equal_old_path_synthetic(small_traffic, tmp_path):
     video, labels = small_traffic
     path = tmp_path / "t.db"
