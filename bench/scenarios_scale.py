@@ -168,7 +168,9 @@ def index_step(db_path: str, options: dict, video: str = VIDEO, index: str = IND
 
 
 def copy_database(src: Path, dst: Path) -> None:
-    """Copy a closed database file (and WAL) with its artifact folder."""
+    """Copy a closed database file (and WAL) with its artifact folder, and flush the copy to
+    disk: a query's first fsync must not also write back the copy (0.5 GB at 1M frames),
+    which a database at rest does not ask of it."""
     from vidql.database import artifacts_dir_for
 
     remove_database(dst)
@@ -176,6 +178,7 @@ def copy_database(src: Path, dst: Path) -> None:
         if Path(f"{src}{suffix}").exists():
             shutil.copy2(f"{src}{suffix}", f"{dst}{suffix}")
     shutil.copytree(artifacts_dir_for(src), artifacts_dir_for(dst))
+    os.sync()
 
 
 def remove_database(path: Path) -> None:

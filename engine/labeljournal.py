@@ -41,6 +41,7 @@ HEAD = struct.Struct("<4sQI")  # magic, payload length, crc32
 FLUSH_FRAMES = 50_000  # pending frames that trigger a merge (bounds the memory they hold)
 FLUSH_ROWS = 500_000  # pending detection rows likewise
 DETECTION_DTYPES = ("<i8", "<i4", "<f8")  # a record's detections (frame, codes, values), widest
+VALUE_DTYPES = ("<i2", "<f4", "<f8")  # for values (score, box), the first that holds them exactly
 
 
 @dataclass
@@ -58,22 +59,22 @@ class LabelBatch:
 
     def payload(self) -> list[memoryview]:
         """The record's payload as byte buffers, the arrays not copied; joined, they are the
-        bytes `decode` reads. Detections are stored in the narrowest of DETECTION_DTYPES
-        that holds them exactly (whole-pixel boxes and a detector's float32 output take
-        half the bytes, and so half the fsync)."""
+        bytes `decode` reads. Detections are stored in the narrowest dtypes that hold them
+        exactly: int32 frames, int16 codes, and values as int16 (whole-pixel boxes with
+        score 1, a table of ground truth), float32 (a detector's output) or float64: a
+        quarter or half the bytes, and so less to fsync."""
         det = self.detections
         frame = "<i4" if not len(det) or (det.frame.min() >= -2**31 and det.frame.max() < 2**31) \
             else "<i8"
         codes = "<i2" if len(det.names) < 2**15 else "<i4"
-        narrow = det.values.astype("<f4")
-        exact = np.array_equal(narrow, det.values)
+        values = next(v for v in (det.values.astype(d) for d in VALUE_DTYPES)
+                      if v.dtype == VALUE_DTYPES[-1] or np.array_equal(v, det.values))
         header = json.dumps({"video": self.video, "oracle": self.oracle, "clip": self.clip,
                              "frames": len(self.frames), "rows": len(det),
                              "labels": list(det.names), "cost": self.cost,
-                             "dtypes": [frame, codes, "<f4" if exact else "<f8"]}).encode()
+                             "dtypes": [frame, codes, values.dtype.str]}).encode()
         arrays = [self.frames.astype("<i8", copy=False), self.counts.astype("<i4", copy=False),
-                  det.frame.astype(frame, copy=False), det.codes.astype(codes, copy=False),
-                  narrow if exact else det.values.astype("<f8", copy=False)]
+                  det.frame.astype(frame, copy=False), det.codes.astype(codes, copy=False), values]
         return [memoryview(struct.pack("<I", len(header))), memoryview(header)] + [
             memoryview(np.ascontiguousarray(a).reshape(-1).view(np.uint8)) for a in arrays]
 

@@ -178,10 +178,11 @@ def test_a_query_fsyncs_a_nearly_free_oracle_once(small_traffic, tmp_path, synce
 
 
 def test_records_keep_detections_in_the_narrowest_exact_dtypes():
-    """Whole-pixel boxes (and a detector's float32 output) are written as float32, frames as
-    int32 and label codes as int16: about half the bytes, read back exactly. Values float32
-    cannot hold stay float64, and a record written before (all arrays wide, no dtypes in its
-    header) still reads."""
+    """A detector's float32 output is written as float32, whole-pixel boxes with score 1 (a
+    ground-truth table) as int16, frames as int32 and label codes as int16: a half or a
+    quarter of the bytes, read back exactly. Values float32 cannot hold stay float64 (as do
+    whole ones int16 cannot), and a record written before (all arrays wide, no dtypes in
+    its header) still reads."""
     import json
     import struct
     from dataclasses import replace
@@ -197,7 +198,9 @@ def test_records_keep_detections_in_the_narrowest_exact_dtypes():
                           np.column_stack([rng.random(m).astype(np.float32),
                                            np.round(rng.random((m, 4)) * 300)]).astype(np.float64))
     counts = np.bincount(det.frame - 100, minlength=64).astype(np.int32)
-    for values, most in ((det.values, 27), (det.values + 0.1, 47)):
+    whole = np.column_stack([np.ones(m), det.values[:, 1:]])
+    for values, most in ((det.values, 27), (det.values + 0.1, 47), (whole, 17),
+                         (whole * 200, 27)):
         batch = LabelBatch("v", "o", "c", frames, counts, replace(det, values=values), [64, 0.5])
         payload = b"".join(batch.payload())
         assert len(payload) < 1000 + most * m
