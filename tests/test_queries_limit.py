@@ -100,3 +100,21 @@ def test_parameter_errors(kwargs, message):
 def test_nan_proxy_rejected():
     with pytest.raises(ParameterError, match="proxy"):
         limit_query(np.array([0.1, np.nan]), lambda f: np.zeros(f.size, bool), k=1)
+
+
+def test_proxy_order_ranks_by_score_with_ties_in_random_order():
+    """Decreasing scores; tied frames in every order equally often over seeds; one order per
+    seed (the sort's keys are distinct, so no sort algorithm can reorder them)."""
+    from collections import Counter
+
+    from vidql.queries.limit import proxy_order
+
+    scores = np.array([0.5, 2.0, 0.5, -1.0, 0.5, 2.0])
+    orders = Counter(tuple(proxy_order(scores, np.random.default_rng(s))) for s in range(3000))
+    assert all(o[:2] in ((1, 5), (5, 1)) and o[-1] == 3 for o in orders)
+    assert len(orders) == 2 * 6 and min(orders.values()) > 3000 / 12 * 0.7  # 2! x 3!, uniform
+    rng = np.random.default_rng(1)
+    big = np.round(rng.random(100_000), 2)
+    order = proxy_order(big, np.random.default_rng(7))
+    assert np.all(np.diff(big[order]) <= 0) and np.array_equal(np.sort(order), np.arange(big.size))
+    np.testing.assert_array_equal(order, proxy_order(big, np.random.default_rng(7)))
