@@ -537,13 +537,13 @@ def _run_selection(b: Binding, q: Query, seed: int, report: Report) -> pd.DataFr
     pred = predicate_expr(q)
     truth = b.truth(pred)
     is_true = lambda positions: truth(positions) > 0
-    proxy = b.proxy(pred)
-    c = q.clauses
     if q.kind in ("select_recall", "select_precision") and b.known_without_oracle(pred):
         report.operator = "exact selection (no oracle call)"
         report.guarantee = "exact: the predicate is known on every frame without the oracle"
         hits = np.flatnonzero(is_true(np.arange(b.n)))
         return b.frame_rows(b.population[hits]).assign(verified=True)
+    proxy = b.proxy(pred)  # after the exact case, which needs no proxy propagated
+    c = q.clauses
     if q.kind == "limit":
         ranking = proxy if proxy is not None else np.zeros(b.n)
         # batches never exceed the hits still needed, so at most LIMIT - 1 extra calls
