@@ -232,7 +232,7 @@ def _exact(db, q: Query):
         ranges[lower[single.split(".")[0].lower()]] = (lo, None if hi is None else hi + 1)
     t0 = time.perf_counter()
     relation, stats = run_exact(db.catalog, q.sql, read, ranges, oracle=q.clauses.oracle,
-                                objects=tuple(objects))
+                                objects=objects)
     report = Report(operator="exact", video=", ".join(read) or None,
                     oracle=q.clauses.oracle, guarantee="exact")
     report.seconds["total"] = time.perf_counter() - t0

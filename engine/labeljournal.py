@@ -67,8 +67,12 @@ class LabelBatch:
         frame = "<i4" if not len(det) or (det.frame.min() >= -2**31 and det.frame.max() < 2**31) \
             else "<i8"
         codes = "<i2" if len(det.names) < 2**15 else "<i4"
-        values = next(v for v in (det.values.astype(d) for d in VALUE_DTYPES)
-                      if v.dtype == VALUE_DTYPES[-1] or np.array_equal(v, det.values))
+        values = det.values.astype(VALUE_DTYPES[-1], copy=False)
+        for dtype in VALUE_DTYPES[:-1]:
+            narrow = det.values.astype(dtype)
+            if np.array_equal(narrow, det.values):
+                values = narrow
+                break
         header = json.dumps({"video": self.video, "oracle": self.oracle, "clip": self.clip,
                              "frames": len(self.frames), "rows": len(det),
                              "labels": list(det.names), "cost": self.cost,
