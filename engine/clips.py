@@ -108,6 +108,10 @@ class ClipMap:
         """Yield (clip ordinal, frames within the clip, global positions) for ascending
         global `positions`, one piece per clip they touch."""
         positions = np.asarray(positions, dtype=np.int64)
+        if len(self.first) == 1:  # one clip: one piece (none for no positions)
+            if len(positions):
+                yield 0, positions - self.first[0], positions
+            return
         ordinal = self.ordinals(positions)
         cuts = np.flatnonzero(np.diff(ordinal)) + 1
         for part in np.split(np.arange(len(positions)), cuts):

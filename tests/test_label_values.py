@@ -303,3 +303,25 @@ def test_detection_arrays_concatenate_with_their_names_merged():
     assert joined.to_frame()["label"].tolist() == ["car", "bus", "person", "bus"]
     assert joined.frame.tolist() == [1, 2, 7, 9] and joined.values.shape == (4, 5)
     assert len(DetectionArrays.concat([])) == 0
+
+
+def test_detection_rows_in_frames_any_order():
+    """Each detection's position in the frames asked (-1 for a frame not asked) is the same
+    whether frames and detections come ascending (an oracle's usual output, found a faster
+    way) or not, with strays, frames without detections and a single frame."""
+    from vidql.detections import DetectionArrays
+
+    rng = np.random.default_rng(5)
+    for trial in range(200):
+        asked = rng.choice(60, int(rng.integers(1, 20)), replace=False)
+        ascending = trial % 2 == 0
+        if ascending:
+            asked = np.sort(asked)
+        det_frames = rng.choice(asked if trial % 3 else np.arange(60), int(rng.integers(0, 40)))
+        if ascending:
+            det_frames = np.sort(det_frames)
+        det = DetectionArrays(det_frames.astype(np.int64), np.zeros(len(det_frames), np.int32),
+                              ("car",), np.zeros((len(det_frames), 5)))
+        where = {int(f): i for i, f in enumerate(asked)}
+        expected = [where.get(int(f), -1) for f in det_frames]
+        assert det.rows_in(asked).tolist() == expected, trial
