@@ -121,7 +121,7 @@ class Catalog:
         self._video_rows: dict[str, dict] | None = None  # within a query: rows read so far
         self._statement_caches: dict[tuple, LabelCache] = {}  # within a query: caches found
         self.executor = None  # a RayExecutor (engine.ray_executor) when not local
-        self.journal = LabelJournal(self.artifacts / "labels.journal", con, writable=not read_only)
+        self.journal = LabelJournal(self.artifacts / "labels.journal", con)
         if not read_only:  # a read-only file has its catalog tables (or is no vidql database)
             con.execute(CATALOG_SQL)
             upgrade_catalog(self)

@@ -15,7 +15,7 @@ from .dialect_lex import tokenize
 from vidql.errors import CatalogError, ParameterError, QueryError
 from .exact import label_reads, run_exact
 from .framestat import parse_frame_expr
-from .oracle_api import unknown_label_note
+from .oracle_api import unknown_label_notes
 from .result import Report, Result
 
 
@@ -239,9 +239,9 @@ def _exact(db, q: Query):
     report.add_stats(stats)
     oracles = {db.catalog.label_cache(v, q.clauses.oracle).oracle for v in read}
     labels = [fn.label for fn in functions]
-    notes = list(dict.fromkeys(filter(None, (unknown_label_note(o, labels) for o in oracles))))
-    if notes:
-        report.details["label_note"] = "; ".join(notes)
+    note = unknown_label_notes(oracles, labels)
+    if note:
+        report.details["label_note"] = note
     costs = {oracle.simulated_cost_ms for oracle in oracles}
     report.simulated_cost_ms = costs.pop() if len(costs) == 1 else None
     return None if relation is None else Result(db.catalog.con, relation.to_arrow_table(), report)

@@ -9,7 +9,7 @@ import pandas as pd
 from .dialect import Query
 from .exact import bind_query, functions_known, label_reads
 from .framestat import FrameExpr, frame_statistic, is_predicate
-from .oracle_api import never_gives
+from .oracle_api import never_gives, unknown_label_notes
 from .planner import (OPERATORS, Binding, column_groups, count_star, error_bound,
                       group_codes, grouped_error_bound, predicate_expr, query_confidence)
 from .result import Report, Result
@@ -77,9 +77,11 @@ def _estimate_exact(db, q: Query, report: Report) -> int:
     videos = [names[t.split(".")[0].lower()] for t in q.tables if t.split(".")[0].lower() in names]
     functions = bind_query(db.catalog, q.sql, list(dict.fromkeys(videos)), q.clauses.oracle).functions
     read, objects = label_reads(list(names.values()), q.tables, bool(functions))
+    oracles = []
     for video in read:
         cache = db.catalog.label_cache(video, q.clauses.oracle)
         report.video, report.oracle = video, cache.oracle.name
+        oracles.append(cache.oracle)
         if functions_known(cache, functions, video in objects):
             continue
         lo, hi = q.frame_range or (0, None)
@@ -88,6 +90,9 @@ def _estimate_exact(db, q: Query, report: Report) -> int:
         total += int((~np.isin(wanted, cache.labelled_frames)).sum())
     report.details["estimate"] = ("frames in range not yet in the label cache (none for frame "
                                   "functions only of labels the oracle never gives)")
+    note = unknown_label_notes(oracles, [fn.label for fn in functions])
+    if note:  # as the query itself would report
+        report.details["label_note"] = note
     return total
 
 

@@ -119,8 +119,8 @@ class LabelCache:
     def ensure(self, frames, desc: str | None = None) -> None:
         """Label every frame of `frames` not yet cached, batch by batch, each batch written
         to the journal as it comes and fsynced after it (a nearly free oracle's: once, when
-        the call ends, or inside `labelling`, on the journal's thread meanwhile and waited
-        for when that ends). An oracle failure keeps finished batches and is re-raised."""
+        the call ends, or inside `labelling`, when that ends). An oracle failure keeps
+        finished batches and is re-raised."""
         unique = self._distinct(self._check_range(frames))
         todo = unique[~self._labelled[unique]]
         self.stats.cache_hits += len(unique) - len(todo)
@@ -160,10 +160,10 @@ class LabelCache:
                     bar.update(len(ids))
                     t0 = time.perf_counter()
         finally:  # every batch of the call durable before any is used, even on a failure
-            # (inside `labelling`, a nearly free oracle's batches: by the time it ends, the
-            # fsync overlapping with the operator's work meanwhile)
+            # (inside `labelling`, a nearly free oracle's batches are synced when it ends,
+            # their writing started now)
             if self._bar is not None and self.oracle.nearly_free:
-                self.journal.sync_soon()
+                self.journal.write_back_soon()
             else:
                 self.journal.sync()
             self._cost = [0, 0.0]
@@ -198,10 +198,9 @@ class LabelCache:
     @contextmanager
     def labelling(self, desc: str, total: int | None = None):
         """An approximate query's labelling: one bar over every frame the oracle labels
-        inside, and a nearly free oracle's batches fsynced on the journal's thread while the
-        operator goes on, all durable when it ends (before the answer is returned), instead
-        of the operator waiting for a fsync after each of its calls. A killed process keeps
-        them either way: each was written to the journal as it came."""
+        inside, and a nearly free oracle's batches fsynced once, when it ends (before the
+        answer is returned), instead of at the end of each of the operator's calls. A killed
+        process keeps them either way: each was written to the journal as it came."""
         self._bar = self._progress(desc, total)
         try:
             yield self._bar

@@ -106,6 +106,12 @@ def unknown_label_note(oracle: Oracle, labels) -> str | None:
         ", ..." if len(oracle.labels) > 12 else "")
 
 
+def unknown_label_notes(oracles, labels) -> str | None:
+    """`unknown_label_note` of each of `oracles` (a query over several videos), joined."""
+    notes = dict.fromkeys(filter(None, (unknown_label_note(o, labels) for o in oracles)))
+    return "; ".join(notes) or None
+
+
 def detection_arrays(df: pd.DataFrame, oracle: Oracle) -> DetectionArrays:
     """An oracle's DETECTION_COLUMNS DataFrame as new arrays (the frame is not kept; a
     missing label gets code -1, which `check_detections` refuses)."""

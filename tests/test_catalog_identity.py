@@ -298,6 +298,9 @@ def test_a_label_the_oracle_never_gives_is_noted(small_traffic, tmp_path, clip_d
         assert "case-sensitive" not in exact.report.details["label_note"]
         plan = db.sql("EXPLAIN SELECT frame FROM t WHERE contains('BUS') LIMIT 3").df()
         assert "never gives label 'BUS'" in plan["note"].iloc[0]
+        plan = db.sql("EXPLAIN SELECT count(*) FROM t WHERE frame < 20 AND contains('Car')").df()
+        assert "never gives label 'Car'" in plan["note"].iloc[0]
+        assert "it gives 'car'" in plan["note"].iloc[0]
         fine = db.sql("SELECT AVG(objects('car')) FROM t WHERE contains('person') "
                       "ORACLE BUDGET 40 SEED 1")
         assert "label_note" not in fine.report.details

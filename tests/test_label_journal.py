@@ -3,7 +3,6 @@ tables, replayed after a kill."""
 from __future__ import annotations
 
 import os
-import threading
 
 import numpy as np
 import pandas as pd
@@ -156,74 +155,38 @@ def test_a_labelling_call_is_fsynced_once_for_a_nearly_free_oracle(small_traffic
         assert len(synced) == 1 and len(cache.labelled_frames) == 64 + 32  # two batches kept
 
 
-def test_a_query_fsyncs_a_nearly_free_oracle_beside_its_operator(small_traffic, tmp_path,
-                                                                   monkeypatch):
-    """An approximate query's labelling calls (ERROR WITHIN makes one per round) write a
-    table lookup's batches as they come and hand their fsync to the journal's own thread,
-    so the operator goes on meanwhile; every record is durable before the answer (also when
-    the query fails)."""
+def test_a_query_fsyncs_a_nearly_free_oracle_once(small_traffic, tmp_path, synced,
+                                                  monkeypatch):
+    """An approximate query's labelling calls (ERROR WITHIN makes one per round) fsync a
+    table lookup's batches once, when its labelling ends (also when it fails), before the
+    answer; each batch is still written to the journal as it comes, and the disk is asked to
+    start writing them once WRITE_BACK_BYTES wait, so that fsync finds them written."""
     video, labels = small_traffic
-    syncs, started, release = [], threading.Event(), threading.Event()
-    sync = labeljournal.sync_file
-
-    def recording_sync(fd):  # (thread, bytes made durable)
-        if threading.current_thread().name.startswith("vidql-fsync"):
-            started.set()
-            assert release.wait(10)
-        syncs.append((threading.current_thread().name, os.fstat(fd).st_size))
-        sync(fd)
-
-    monkeypatch.setattr(labeljournal, "sync_file", recording_sync)
-    release.set()
+    hints = []
+    if hasattr(os, "posix_fadvise"):
+        fadvise = os.posix_fadvise
+        monkeypatch.setattr(os, "posix_fadvise", lambda fd, at, size, advice: hints.append(
+            (fd, at, size, advice)) or fadvise(fd, at, size, advice))
+        monkeypatch.setattr(labeljournal, "WRITE_BACK_BYTES", 4096)
     with vidql.connect(tmp_path / "q.db", progress=False) as db:
         db.sql(f"LOAD VIDEO '{video}' AS t; "
                f"CREATE ORACLE free FROM LABELS '{labels}' WITH (batch_size = 16); "
                "SET ORACLE t = free")
         journal = db.artifacts / "labels.journal"
-        syncs.clear()
+        synced.clear()
         db.sql("SELECT AVG(objects('car')) FROM t ERROR WITHIN 0.3 SEED 2")
-        assert len(read_records(journal.read_bytes())) > 2
-        assert any(name.startswith("vidql-fsync") for name, _ in syncs)
-        assert max(size for _, size in syncs) == journal.stat().st_size  # all before the answer
-
+        assert len(read_records(journal.read_bytes())) > 2 and len(synced) == 1
+        if hasattr(os, "posix_fadvise"):  # each from where the one before stopped
+            assert len(hints) > 1 and {h[3] for h in hints} == {os.POSIX_FADV_DONTNEED}
+            assert [h[1] for h in hints] == sorted({h[1] for h in hints}) and hints[0][1] == 0
         cache = db.labels("t")
-        syncs.clear()
-        started.clear()
-        release.clear()
+        synced.clear()
         with pytest.raises(RuntimeError, match="stop"), cache.labelling("a query"):
             cache.ensure(np.arange(250, 266))
-            assert started.wait(10)  # fsyncing on its thread while the labelling goes on
             cache.ensure(np.arange(266, 282))
-            release.set()
+            assert synced == []
             raise RuntimeError("stop")
-        assert max(size for _, size in syncs) == journal.stat().st_size
-        assert np.isin(np.arange(250, 282), cache.labelled_frames).all()
-
-
-def test_a_failed_background_fsync_fails_the_query(small_traffic, tmp_path, monkeypatch):
-    """An fsync that fails on the journal's thread is raised by the labelling (the answer
-    would rest on batches that may not be durable), and a later one syncs them again."""
-    video, labels = small_traffic
-    sync, failed = labeljournal.sync_file, []
-
-    def failing_sync(fd):
-        if threading.current_thread().name.startswith("vidql-fsync") and not failed:
-            failed.append(fd)
-            raise OSError(5, "Input/output error")
-        sync(fd)
-
-    with vidql.connect(tmp_path / "e.db", progress=False) as db:
-        db.sql(f"LOAD VIDEO '{video}' AS t; CREATE ORACLE free FROM LABELS '{labels}'; "
-               "SET ORACLE t = free")
-        cache = db.labels("t")
-        monkeypatch.setattr(labeljournal, "sync_file", failing_sync)
-        with pytest.raises(OSError, match="Input/output"), cache.labelling("a query"):
-            cache.ensure(np.arange(0, 40))
-        assert failed
-        synced = []
-        monkeypatch.setattr(labeljournal, "sync_file", lambda fd: synced.append(fd) or sync(fd))
-        db.catalog.journal.sync()
-        assert synced  # what the failed fsync should have made durable is synced again
+        assert len(synced) == 1 and np.isin(np.arange(250, 282), cache.labelled_frames).all()
 
 
 def test_records_keep_detections_in_the_narrowest_exact_dtypes():
