@@ -198,7 +198,7 @@ class LabelJournal:
 def write_all(fd: int, parts: list) -> int:
     """Write the buffers `parts` to `fd`, gathered in one system call where the system can;
     returns the bytes written."""
-    size = sum(len(part) for part in parts)
+    size = sum(memoryview(part).nbytes for part in parts)
     if hasattr(os, "writev"):
         done = os.writev(fd, parts)
         if done == size:

@@ -231,3 +231,22 @@ def test_records_keep_detections_in_the_narrowest_exact_dtypes():
     old = LabelBatch.decode(wide)
     np.testing.assert_array_equal(old.detections.values, det.values)
     np.testing.assert_array_equal(old.detections.frame, det.frame)
+
+
+def test_a_short_write_is_completed(tmp_path, monkeypatch):
+    """A record goes to the journal in one gathered write; when the system writes only part
+    of it (it may, e.g. when interrupted), the rest follows, so the record is whole."""
+    parts = [b"head", memoryview(b"0123456789"), memoryview(np.arange(5, dtype="<i4"))]
+    expected = b"".join(bytes(p) for p in parts)
+    path = tmp_path / "j"
+    for written in (3, 9, len(expected)):
+        writev = os.writev if hasattr(os, "writev") else None
+        if writev is not None:
+            monkeypatch.setattr(os, "writev", lambda fd, bufs, n=written: os.write(
+                fd, b"".join(bytes(b) for b in bufs)[:n]))
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        try:
+            assert labeljournal.write_all(fd, parts) == len(expected)
+        finally:
+            os.close(fd)
+        assert path.read_bytes() == expected
