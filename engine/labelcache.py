@@ -43,7 +43,8 @@ CREATE TABLE IF NOT EXISTS vidql.oracle_costs (
 
 @dataclass
 class LabelStats:
-    """What a query cost: frames sent to the oracle, frames answered from the cache."""
+    """What a query cost: frames sent to the oracle, frames answered from labels made
+    before it."""
 
     oracle_calls: int = 0
     cache_hits: int = 0
@@ -80,6 +81,7 @@ class LabelCache:
         self.progress = progress
         self.stats = LabelStats()
         self._bar = None  # a query's progress bar while one is open
+        self._seen = None  # inside `labelling`: frames the query has labelled or found cached
         self.read_only = con.execute("SELECT readonly FROM duckdb_databases() "
                                      "WHERE database_name = current_database()").fetchall()[0][0]
         journal.flush()  # every labelled frame in the catalog tables, read once here
@@ -122,8 +124,14 @@ class LabelCache:
         the call ends, or inside `labelling`, when that ends). An oracle failure keeps
         finished batches and is re-raised."""
         unique = self._distinct(self._check_range(frames))
-        todo = unique[~self._labelled[unique]]
-        self.stats.cache_hits += len(unique) - len(todo)
+        known = self._labelled[unique]
+        todo = unique[~known]
+        if self._seen is None:
+            self.stats.cache_hits += len(unique) - len(todo)
+        else:  # a query's frame is a hit once, and only if labelled before the query began
+            first = ~self._seen[unique]
+            self.stats.cache_hits += int((first & known).sum())
+            self._seen[unique] = True
         if len(todo) == 0:
             return
         if self.read_only:
@@ -200,14 +208,17 @@ class LabelCache:
         """An approximate query's labelling: one bar over every frame the oracle labels
         inside, and a nearly free oracle's batches fsynced once, when it ends (before the
         answer is returned), instead of at the end of each of the operator's calls. A killed
-        process keeps them either way: each was written to the journal as it came."""
+        process keeps them either way: each was written to the journal as it came. Each
+        frame the query uses counts once: a cache hit if labelled before it began, else an
+        oracle call (not both, when its operator labelled it ahead and then read it)."""
         self._bar = self._progress(desc, total)
+        self._seen = np.zeros(self.n_frames, dtype=bool)
         try:
             yield self._bar
         finally:
             self.journal.sync()
             self._bar.close()
-            self._bar = None
+            self._bar, self._seen = None, None
 
     def _label_batch(self, ids: np.ndarray, pixels: np.ndarray | None, wait: float,
                      last: bool = True, found: tuple | None = None) -> None:

@@ -86,3 +86,23 @@ def test_frame_recorded_meanwhile_is_skipped(small_traffic, tmp_path):
         rows = db.con.execute("SELECT frame, detections FROM vidql.labelled ORDER BY frame"
                               ).fetchall()
         assert [f for f, _ in rows] == list(range(5, 15)) and rows[2] == (7, 99)
+
+
+def test_a_query_counts_a_cache_hit_once_and_only_for_earlier_labels(small_traffic, tmp_path):
+    """A query's cache hits are the frames it used that were labelled before it began, each
+    once: frames its operator has labelled ahead and then reads are oracle calls, not hits
+    as well (ERROR WITHIN reported about twice its labels); the same query again labels
+    nothing and hits every frame it uses."""
+    video, labels = small_traffic
+    query = "SELECT AVG(objects('car')) FROM t ERROR WITHIN 0.5 SEED 2"
+    with vidql.connect(tmp_path / "h.db", progress=False) as db:
+        db.sql(f"LOAD VIDEO '{video}' AS t; CREATE ORACLE truth FROM LABELS '{labels}' "
+               "WITH (batch_size = 16); SET ORACLE t = truth")
+        first = db.sql(query)
+        used = int(first.df()["frames"][0])
+        assert first.report.cache_hits == 0 and first.report.oracle_calls >= used > 0
+        again = db.sql(query)
+        assert again.report.oracle_calls == 0 and again.report.cache_hits == used
+        more = db.sql("SELECT AVG(objects('car')) FROM t ERROR WITHIN 0.3 SEED 3")
+        calls, hits = more.report.oracle_calls, more.report.cache_hits
+        assert 0 < hits <= used and calls + hits >= int(more.df()["frames"][0])
