@@ -123,17 +123,20 @@ class LabelCache:
         to the journal as it comes and fsynced after it (a nearly free oracle's: once, when
         the call ends, or inside `labelling`, when that ends). An oracle failure keeps
         finished batches and is re-raised."""
-        unique = self._distinct(self._check_range(frames))
-        known = self._labelled[unique]
-        todo = unique[~known]
-        if self._seen is None:
-            self.stats.cache_hits += len(unique) - len(todo)
-        else:  # a query's frame is a hit once, and only if labelled before the query began
-            first = ~self._seen[unique]
-            self.stats.cache_hits += int((first & known).sum())
-            self._seen[unique] = True
-        if len(todo) == 0:
+        self._label_missing(self._check_range(frames), desc)
+
+    def _label_missing(self, frames: np.ndarray, desc: str | None = None) -> None:
+        """`ensure` of frames known to be in range."""
+        known = self._labelled[frames]
+        new = frames
+        if self._seen is not None:  # a query's frame is a hit once, if labelled before it began
+            new = frames[~self._seen[frames]]
+            self._seen[new] = True
+        if len(new):
+            self.stats.cache_hits += int(self._labelled[self._distinct(new)].sum())
+        if known.all():  # often: an operator reads what it had labelled ahead
             return
+        todo = self._distinct(frames[~known])
         if self.read_only:
             raise VidqlError(f"{len(todo)} frames of video {self.video!r} need labels from oracle "
                              f"{self.oracle.name!r}, but the database is open read-only: open it "
@@ -329,18 +332,21 @@ class LabelCache:
     def counts(self, frames: np.ndarray, keys: list[tuple]) -> np.ndarray:
         """Detection counts (len(frames) × len(keys)) of labelled `frames` by each
         (label, min_score) key, read from the catalog once per frame and key."""
+        if not keys:
+            return np.zeros((len(frames), 0), dtype=np.int32)
         for key in keys:
             self._count_key(key)
-        unknown = np.unique(frames[np.any([self._counts[k][frames] < 0 for k in keys], axis=0)]
-                            if keys and len(frames) else frames[:0])
-        if len(unknown):
+        got = [self._counts[k][frames] for k in keys]
+        missing = np.logical_or.reduce([g < 0 for g in got])
+        if missing.any():
             # frames labelled before this cache counted them (an index's, say): all in one
             # statement when they are few, else those asked now
-            pending = np.flatnonzero(self._labelled & np.any([self._counts[k] < 0 for k in keys],
-                                                             axis=0))
-            self._load_counts(pending if len(pending) <= COUNTS_AT_ONCE else unknown, keys)
-        return np.column_stack([self._counts[k][frames] for k in keys]) if keys else \
-            np.zeros((len(frames), 0), dtype=np.int32)
+            pending = np.flatnonzero(self._labelled & np.logical_or.reduce(
+                [self._counts[k] < 0 for k in keys]))
+            self._load_counts(pending if len(pending) <= COUNTS_AT_ONCE else
+                              np.unique(frames[missing]), keys)
+            got = [self._counts[k][frames] for k in keys]
+        return np.column_stack(got)
 
     def count_from(self, frames: np.ndarray, detections: pd.DataFrame) -> None:
         """Count statistics of `frames` (global positions, all labelled by this cache's
@@ -411,7 +417,7 @@ class LabelCache:
 
         def values(frames: np.ndarray) -> tuple:
             frames = self._check_range(frames)
-            self.ensure(frames)
+            self._label_missing(frames)
             return stats(frames, self.counts(frames, stats.keys))
 
         values.needs_oracle = True
