@@ -142,7 +142,10 @@ class LabelJournal:
         if self._fd is None or self._size - self._written_back < WRITE_BACK_BYTES or \
                 not hasattr(os, "posix_fadvise"):
             return
-        os.posix_fadvise(self._fd, self._written_back, 0, os.POSIX_FADV_DONTNEED)
+        try:
+            os.posix_fadvise(self._fd, self._written_back, 0, os.POSIX_FADV_DONTNEED)
+        except OSError:  # a file system that refuses the hint: the fsync does it all
+            pass
         self._written_back = self._size
 
     def sync(self) -> None:
