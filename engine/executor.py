@@ -222,8 +222,9 @@ def _exact(db, q: Query):
     functions = parse_frame_expr(q.sql).functions
     uses_functions = bool(functions)
     for table in q.tables:
-        if table.split(".")[0].lower() in lower:
-            db.catalog.ensure_video_relations(lower[table.split(".")[0].lower()])
+        video = lower.get(table.split(".")[0].lower())
+        if video is not None:
+            db.catalog.ensure_video_relations(video)
     read, objects = label_reads(videos, q.tables, uses_functions)
     ranges = {}
     single = q.video or (q.tables[0] if len(q.tables) == 1 else None)  # `night` or `night.objects`
