@@ -82,3 +82,24 @@ def test_a_query_binds_over_the_column_types_it_runs_over(db):
                                                                         "column_type"]])
         db.catalog.con.execute("DROP TABLE temp.clip")
     assert types[0].equals(types[1]) and len(types[0]) == 4 + len(functions)
+
+
+@pytest.mark.parametrize("query, whole", [
+    ("SELECT (SELECT sum(objects('car')) FROM clip) AS total FROM clip WHERE frame < 40 LIMIT 1",
+     True),
+    ("SELECT count(*) AS total FROM clip WHERE frame < 40 AND frame IN "
+     "(SELECT frame - 40 FROM clip WHERE objects('car') >= 0)", False),  # frames 40..79
+    ("SELECT (SELECT count(*) FROM clip.objects) AS total FROM clip WHERE frame < 40 LIMIT 1",
+     True),
+    ("WITH every AS (SELECT sum(objects('car')) AS s FROM clip) "
+     "SELECT (SELECT s FROM every) AS total FROM clip WHERE frame < 40 LIMIT 1", True),
+])
+def test_a_frame_range_does_not_bound_another_read_of_the_video(db, counter_clip, query, whole):
+    """The WHERE of the outer query bounds only its own read: a subquery over the whole
+    video (or its detections) still sees every frame labelled, not only those in the
+    range (it used to see the labelled frames alone, NULL elsewhere)."""
+    total = _brightness_counts(counter_clip, np.arange(120)).sum() if whole else 40
+    assert db.sql(query).df()["total"][0] == total
+    assert db.last_report.oracle_calls == 120
+    explained = db.sql("EXPLAIN " + query).df().to_string()
+    assert "frames 0..39" not in explained
