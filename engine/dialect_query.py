@@ -102,16 +102,17 @@ def _exact_where(q: QueryShape) -> dict:
     if not qualified and table["table_name"].lower() in q.cte_names:
         return {}
     video = None if qualified else table["table_name"]
-    if video is not None and _reads(q, video) > 1:
-        # read again elsewhere (a subquery over all its frames, `video.objects`): the WHERE
-        # bounds only this read, so every frame may need labels
+    if _reads(q, table.get("schema_name") or table["table_name"]) > 1:
+        # the video read again elsewhere (a subquery over all its frames, `video.objects`):
+        # the WHERE bounds only this read, so every frame may need labels
         return dict(video=video)
     _, restriction = q.split_where()
     return dict(_restriction_fields(q, restriction, table), video=video)
 
 
 def _reads(q: QueryShape, video: str) -> int:
-    """How many times the query reads table `video` or its detections (`video.objects`)."""
+    """How many of the query's table reads name `video`, as the table or as its schema: the
+    video table itself and its detections (`video.objects`)."""
     name = video.lower()
     return sum(1 for d in children(q.node) if d.get("type") == "BASE_TABLE" and name in (
         str(d.get("table_name", "")).lower(), str(d.get("schema_name") or "").lower()))

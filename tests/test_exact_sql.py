@@ -91,6 +91,8 @@ def test_a_query_binds_over_the_column_types_it_runs_over(db):
      "(SELECT frame - 40 FROM clip WHERE objects('car') >= 0)", False),  # frames 40..79
     ("SELECT (SELECT count(*) FROM clip.objects) AS total FROM clip WHERE frame < 40 LIMIT 1",
      True),
+    ("SELECT (SELECT count(*) FROM clip.objects) AS total FROM clip.objects WHERE frame < 40 "
+     "LIMIT 1", True),
     ("WITH every AS (SELECT sum(objects('car')) AS s FROM clip) "
      "SELECT (SELECT s FROM every) AS total FROM clip WHERE frame < 40 LIMIT 1", True),
 ])
