@@ -56,17 +56,21 @@ def _query(q: QueryShape, explain: bool, statement: str) -> Query:
     return Query(**fields)
 
 
+def _base_tables(q: QueryShape):
+    """Every table read in the query (subqueries and CTEs included), as syntax-tree nodes."""
+    return (d for d in children(q.node) if d.get("type") == "BASE_TABLE" and "table_name" in d)
+
+
 def _tables(q: QueryShape) -> tuple[str, ...]:
     names = []
-    for d in children(q.node):
-        if d.get("type") == "BASE_TABLE" and "table_name" in d:
-            parts = [p for p in (d.get("catalog_name"), d.get("schema_name"),
-                                 d.get("table_name")) if p]
-            name = ".".join(parts)
-            if len(parts) == 1 and name.lower() in q.cte_names:
-                continue
-            if name not in names:
-                names.append(name)
+    for d in _base_tables(q):
+        parts = [p for p in (d.get("catalog_name"), d.get("schema_name"), d.get("table_name"))
+                 if p]
+        name = ".".join(parts)
+        if len(parts) == 1 and name.lower() in q.cte_names:
+            continue
+        if name not in names:
+            names.append(name)
     return tuple(names)
 
 
@@ -114,8 +118,8 @@ def _reads(q: QueryShape, video: str) -> int:
     """How many of the query's table reads name `video`, as the table or as its schema: the
     video table itself and its detections (`video.objects`)."""
     name = video.lower()
-    return sum(1 for d in children(q.node) if d.get("type") == "BASE_TABLE" and name in (
-        str(d.get("table_name", "")).lower(), str(d.get("schema_name") or "").lower()))
+    return sum(1 for d in _base_tables(q) if name in (
+        str(d["table_name"]).lower(), str(d.get("schema_name") or "").lower()))
 
 
 def _approximate(q: QueryShape, kind: str) -> dict:

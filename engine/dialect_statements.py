@@ -191,7 +191,8 @@ class Query:
     e.g. `frame < 500`). `frame_range` (inclusive ints, lo >= 0, hi None = open) and
     `ts_range` (closed floats) are bounds read from the simple parts of `restriction`: a
     superset of the frames it keeps (the SQL text is exact). They are set when the FROM
-    clause is a single table; None means unbounded."""
+    clause is a single table (for an exact query, one it reads nowhere else: a second read
+    of the video is not bounded by this WHERE); None means unbounded."""
 
     sql: str
     kind: str
