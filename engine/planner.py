@@ -58,7 +58,7 @@ class Binding:
             if others:
                 self.index_note = (f"index {', '.join(others)} was built with another oracle, "
                                    f"so this query runs without one; USING ORACLE picks that oracle")
-        _check_runnable(q, self.video, self.index is not None)
+        _check_runnable(q, self.video, self.index is not None, self.index_note)
         if self.index is not None:  # its representatives' labels are in memory: count there
             self.cache.count_from(self.index.rep_frames, self.index.labels)
         self.before = self.cache.stats.snapshot()
@@ -176,9 +176,10 @@ class Binding:
         return report
 
 
-def _check_runnable(q: Query, video: str, has_index: bool) -> None:
+def _check_runnable(q: Query, video: str, has_index: bool, index_note: str | None) -> None:
     """Refuse a query its operator cannot run, before any oracle call; queries and
-    EXPLAIN share this check, so every plan EXPLAIN shows also runs."""
+    EXPLAIN share this check, so every plan EXPLAIN shows also runs. A query that needs an
+    index gets `index_note` (why the video's index does not serve it) as its hint."""
     group_at = q.text.upper().find("GROUP BY")
     if q.kind in ("aggregate", "aggregate_budget") and q.aggregate is None:
         raise QueryError("ERROR WITHIN and ORACLE BUDGET need an AVG, SUM or COUNT", q.text, 0)
@@ -193,10 +194,11 @@ def _check_runnable(q: Query, video: str, has_index: bool) -> None:
                          "WHERE contains('bus')", q.text, 0)
     if not has_index and q.kind in ("select_recall", "select_precision"):
         raise QueryError(f"{q.kind.replace('select_', '').upper()} TARGET needs an index for "
-                         f"proxy scores: CREATE INDEX ... ON {video} USING TASTI", q.text, 0)
+                         f"proxy scores: CREATE INDEX ... ON {video} USING TASTI", q.text, 0,
+                         hint=index_note)
     if not has_index and q.kind == "rare":
         raise QueryError(f"FIND RARE needs an index for frame embeddings: CREATE INDEX ... "
-                         f"ON {video} USING TASTI", q.text, 0)
+                         f"ON {video} USING TASTI", q.text, 0, hint=index_note)
 
 
 def _seed(q: Query) -> int:

@@ -42,3 +42,24 @@ def test_a_query_that_cannot_bind_calls_no_oracle(db, oracle_module, query, expl
 def test_a_good_query_still_runs_after_binding(db, oracle_module):
     df = db.sql("SELECT frame, objects('car') AS cars FROM v WHERE frame < 5 ORDER BY frame").df()
     assert df["frame"].tolist() == [0, 1, 2, 3, 4] and sum(oracle_module.CALLS) == 5
+
+
+def test_a_query_under_another_oracle_says_why_the_index_does_not_serve_it(traffic_db,
+                                                                          small_traffic):
+    """An index answers only for the oracle that built it: under USING ORACLE another one,
+    an aggregate runs without it and says so, and a query that needs an index names the
+    index it cannot use (it used to say only CREATE INDEX, the index being there)."""
+    _, labels = small_traffic
+    with vidql.connect(traffic_db, progress=False) as db:
+        db.sql("CREATE INDEX ti ON t WITH (train = 20, reps = 40, triplets = 100, size = 24); "
+               f"CREATE ORACLE other FROM LABELS '{labels}'")
+        db.sql("SELECT AVG(objects('car')) FROM t ERROR WITHIN 0.5 SEED 1 USING ORACLE other")
+        note = db.last_report.details["index_note"]
+        assert "index ti was built with another oracle" in note
+        for query in ("SELECT frame FROM t WHERE contains('bus') RECALL TARGET 90% "
+                      "ORACLE BUDGET 100 USING ORACLE other",
+                      "SELECT frame FROM t WHERE contains('bus') FIND RARE ORACLE BUDGET 50 "
+                      "USING ORACLE other"):
+            with pytest.raises(QueryError, match="needs an index") as err:
+                db.sql(query)
+            assert err.value.hint == note
