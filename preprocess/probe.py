@@ -118,7 +118,11 @@ def probe_video(path: str | os.PathLike) -> VideoInfo:
                                  "corrupt or not a video") from exc
     with container:
         if not container.streams.video or container.format.name in _NOT_VIDEO_FORMATS:
-            raise VideoError(path, "file has no video stream")
+            kinds = sorted({s.type for s in container.streams if s.type != "video"})
+            holds = f"{' and '.join(kinds)} streams only" if kinds else "no streams"
+            raise VideoError(path, f"file has no video stream (FFmpeg reads it as "
+                                   f"'{container.format.name}' with {holds}); it is truncated, "
+                                   "corrupt or not a video")
         stream = container.streams.video[0]
         if stream.codec_context is None:
             raise VideoError(path, "unsupported codec: FFmpeg does not know the video stream's "

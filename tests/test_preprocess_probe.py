@@ -79,6 +79,8 @@ def bad_files(tmp_path_factory, clip) -> dict[str, Path]:
     put("empty.mp4", b"")
     put("first_half_cut.mp4", data[len(data) // 2:])
     put("second_half_cut.mp4", data[: len(data) // 2])
+    # what FFmpeg made of one CI run's first_half_cut.mp4 (the encoder is not deterministic)
+    put("lyrics.mp4", b"[00:01.00]hello\n[00:02.50]world\n" * 5)
     avi = Path(write_counter_video(folder / "mpeg4.avi", 24, codec="mpeg4")).read_bytes()
     assert b"FMP4" in avi
     put("unknown_codec.avi", avi.replace(b"FMP4", b"QQQQ"))
@@ -115,6 +117,8 @@ def bad_files(tmp_path_factory, clip) -> dict[str, Path]:
     ("audio_only.m4a", "no video stream"),
     ("first_half_cut.mp4", "truncated, corrupt or not a video"),
     ("second_half_cut.mp4", "truncated, corrupt or not a video"),
+    ("lyrics.mp4", "FFmpeg reads it as 'lrc' with subtitle streams only); it is truncated, corrupt"),
+    ("audio_only.m4a", "with audio streams only"),
     ("faststart_cut.mp4", "truncated file"),
     ("unknown_codec.avi", "unsupported codec"),
     ("noise_in_middle.avi", "corrupt"),
