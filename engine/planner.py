@@ -370,11 +370,17 @@ def _run_column_groups(b: Binding, q: Query, seed: int, report: Report) -> pd.Da
         return pd.DataFrame({group_column(q): keys, "estimate": sizes.astype(float),
                              "ci_low": sizes.astype(float), "ci_high": sizes.astype(float),
                              "confidence": 1.0, "oracle_calls": 0, "frames": 0})
+    notes = []
     if q.kind == "aggregate":
         grouped = grouped_error_bound(b, q, seed, report, codes)
         scales = sizes if agg.func != "avg" else np.ones(len(keys))
         report.operator = f"aggregate per group ({grouped.results[0].method})"
         report.guarantee = f"{agg.func.upper()} within {_error_text(q)} in every group"
+        shortfalls = {k: _shortfall(r, f"ORACLE BUDGET's share of {cap}", _error_text(q))
+                      for k, r, cap in zip(keys, grouped.results, grouped.budgets, strict=True)}
+        notes = [f"group {k}: {text}" for k, text in shortfalls.items() if text]
+        if any(not r.details["met"] and not r.exact for r in grouped.results):
+            report.guarantee += " (not reached in every group: the cap ran out)"
     else:
         stat, pred, _ = _error_bound_targets(q)
         proxy = _budget_proxy(b, stat, pred, report)
@@ -395,8 +401,8 @@ def _run_column_groups(b: Binding, q: Query, seed: int, report: Report) -> pd.Da
     frame = pd.concat([_aggregate_frame(r, float(s), conf, k, group_column(q), int(n))
                        for k, r, s, n in zip(keys, grouped.results, scales, calls, strict=True)],
                       ignore_index=True)
-    _add_notes(report, [f"group {k}: {r.details['note']}"
-                        for k, r in zip(keys, grouped.results, strict=True) if "note" in r.details])
+    _add_notes(report, notes + [f"group {k}: {r.details['note']}" for k, r in
+                                zip(keys, grouped.results, strict=True) if "note" in r.details])
     return frame.astype({"estimate": "Float64", "ci_low": "Float64", "ci_high": "Float64"})
 
 
@@ -434,7 +440,29 @@ def _run_aggregate(b: Binding, q: Query, seed: int, report: Report) -> pd.DataFr
     else:  # the bound holds for the per-frame mean; the total scales it by the frame count
         bound = f"±{c.error:g} per frame, ±{c.error * b.n:g} in total (absolute error)"
     report.guarantee = f"{agg.func.upper()} within {bound} at {conf:.0%} confidence"
-    return _aggregate_frame(result, scale, conf)
+    if not result.details["met"] and not result.exact:
+        report.guarantee = (f"{agg.func.upper()} with ≤ {c.budget} oracle calls, {conf:.0%} "
+                            f"finite-sample interval (within {bound}: not reached)")
+    _add_notes(report, [text for text in [_shortfall(result, f"ORACLE BUDGET of {c.budget}",
+                                                     bound)] if text])
+    # an estimate or edge the sample cannot support is NULL, never NaN
+    return _aggregate_frame(result, scale, conf).astype(
+        {"estimate": "Float64", "ci_low": "Float64", "ci_high": "Float64"})
+
+
+def _shortfall(result, cap: str, bound: str) -> str | None:
+    """What an ERROR WITHIN result did not deliver, in words (None: its bound holds). It
+    stops short only at its oracle-call cap (`cap` names it), or, having labelled every
+    frame, for an AVG whose predicate no frame satisfies."""
+    if result.details["met"]:
+        return None
+    if result.exact:
+        return "no frame satisfies the predicate: the AVG is NULL, as the exact query's is"
+    if np.isnan(result.estimate):
+        return (f"the {cap} oracle calls ran out with no sampled frame satisfying the "
+                "predicate: the estimate is NULL; raise the ORACLE BUDGET")
+    return (f"the {cap} oracle calls ran out before the interval was within {bound}: it "
+            f"holds at {result.confidence:.0%} but is wider than asked")
 
 
 def _value_range(expr: FrameExpr | None, report: Report) -> tuple[float, float] | None:
