@@ -88,12 +88,26 @@ def run_exact(catalog: Catalog, sql: str, videos: list[str],
             raise QueryError(f"DuckDB cannot run the query: {exc}", sql) from None
         if rel is None:
             return None, stats
-        return catalog.con.from_arrow(rel.to_arrow_table()), stats
+        return catalog.con.from_arrow(_named_as_written(rel.to_arrow_table(), expr)), stats
     finally:
         for name in shadows:
             catalog.con.execute(f"DROP TABLE IF EXISTS temp.{quote_name(name)}")
         for name in variables:
             catalog.con.execute(f"RESET VARIABLE {quote_name(name)}")
+
+
+def _named_as_written(table, expr: FrameExpr):
+    """`table` with a column DuckDB named after a suffixed frame-function column
+    (`objects('Car') #1a2b3c4d`, see FrameFunction.column) named as the call, where no other
+    column has that name in any case."""
+    names = list(table.column_names)
+    taken = {name.lower() for name in names}
+    for fn in expr.functions:
+        suffixed = fn.column[1:-1].replace('""', '"')
+        if suffixed != fn.canonical and suffixed in names and fn.canonical.lower() not in taken:
+            names[names.index(suffixed)] = fn.canonical
+            taken.add(fn.canonical.lower())
+    return table.rename_columns(names)
 
 
 def bind_query(catalog: Catalog, sql: str, videos: list[str],

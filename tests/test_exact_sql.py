@@ -105,3 +105,15 @@ def test_a_frame_range_does_not_bound_another_read_of_the_video(db, counter_clip
     assert db.last_report.oracle_calls == 120
     explained = db.sql("EXPLAIN " + query).df().to_string()
     assert "frames 0..39" not in explained
+
+
+def test_a_frame_function_column_is_named_as_written(db):
+    """A call whose column carries a suffix (a class name with capitals, a score the text
+    rounds) is named as written in the result, unless another column already has that name
+    in some case; the values stay each call's own."""
+    got = db.sql("SELECT objects('Car'), objects('car', 0.123456789) FROM clip WHERE frame = 100")
+    assert got.columns == ["objects('Car')", "objects('car', 0.123457)"]
+    assert got.fetchall() == [(0, 2)]
+    both = db.sql("SELECT objects('car'), objects('CAR') FROM clip WHERE frame = 100")
+    assert both.columns[0] == "objects('car')" and both.columns[1].startswith("objects('CAR') #")
+    assert both.fetchall() == [(2, 0)]
