@@ -24,7 +24,10 @@ Query kinds, decided in this order:
 
 Approximate aggregates read one video table, compute one AVG/SUM/COUNT that is a select
 item by itself, and may group by one expression (also allowed in the select list).
-Selections (kinds 'limit', 'select_*', 'rare') may select any columns. CONFIDENCE (default
+Selections (kinds 'limit', 'select_*', 'rare') return clip, frame, ts and verified: their
+select list may name clip, frame and ts (not renamed) or *, and anything else is an error
+rather than a column silently dropped (for rule 5 too; its hint offers ORDER BY, which makes
+the query exact). CONFIDENCE (default
 95%) goes with 'aggregate', 'aggregate_budget' and 'select_*' only; SEED with approximate
 kinds only; USING ORACLE / USING INDEX with any query.
 """

@@ -12,6 +12,9 @@ from .framestat import parse_frame_expr
 from vidql.errors import QueryError
 
 TARGETS = {"recall": "select_recall", "precision": "select_precision", "rare": "rare"}
+SELECTION_COLUMNS = ("clip", "frame", "ts")  # a selection's columns a select list may name
+SELECT_LIST_HINT = ("select frame (or clip, frame, ts, or *) and join the result with the video "
+                    "table for more columns{exact}")
 
 
 class QueryShape(QuerySpans):
@@ -144,6 +147,20 @@ class QueryShape(QuerySpans):
                     "e.g. WHERE contains('bus')"), at
         return None
 
+    def select_list_problem(self, clause: str) -> tuple[str, int] | None:
+        """Why the select list asks for more than a frame selection returns (clip, frame,
+        ts and verified for each frame), or None: it may name those columns, or *."""
+        for item in self.select.get("select_list", []):
+            names = [n.lower() for n in item.get("column_names", [])]
+            column = item.get("class") == "COLUMN_REF" and names[-1] in SELECTION_COLUMNS
+            if item.get("class") == "STAR" or (column and not item.get("alias")):
+                continue
+            what = (f"{self.text_of(item)} renamed {item['alias']}" if column
+                    else self.text_of(item))
+            return (f"{clause} returns clip, frame, ts and verified for each frame it "
+                    f"selects, not {what}"), self.pos(item)
+        return None
+
     def _limit_problem(self, require_limit: bool, clause: str,
                        at: int) -> tuple[str, int] | None:
         value, mod = self.limit()
@@ -191,6 +208,7 @@ def _kind(shape: QueryShape) -> str:
     if (shape.limit()[1] is not None
             and shape.selection_problem(True, "LIMIT", shape.tokens[0].start) is None
             and shape.frame_calls_are_valid()):
+        _select_list_shape(shape, "LIMIT", ", or add ORDER BY to label every frame exactly")
         return "limit"
     return "exact"
 
@@ -253,6 +271,13 @@ def _selection_shape(shape: QueryShape, key: str, require_limit: bool) -> None:
                 else "write LIMIT n with a whole number n >= 1" if "LIMIT needs" in message
                 else None)
         shape.fail(message, where, hint)
+    _select_list_shape(shape, "LIMIT ... GAP" if key == "gap" else NAMES[key], "")
+
+
+def _select_list_shape(shape: QueryShape, clause: str, exact: str) -> None:
+    problem = shape.select_list_problem(clause)
+    if problem:
+        shape.fail(*problem, SELECT_LIST_HINT.format(exact=exact))
 
 
 def _aggregate_shape(shape: QueryShape, key: str) -> None:

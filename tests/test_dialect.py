@@ -181,6 +181,9 @@ def test_clauses_in_any_order_give_the_same_query(clauses):
 
 @pytest.mark.parametrize("text, kind", [
     ("SELECT frame FROM night WHERE contains('bus') LIMIT 5", "limit"),
+    ("SELECT n.clip, frame, ts, * FROM night n WHERE contains('bus') LIMIT 5", "limit"),
+    ("SELECT frame, objects('car') FROM night WHERE contains('bus') ORDER BY frame LIMIT 5",
+     "exact"),
     ("select frame from night where contains('bus') limit 5 gap 0 seed 3", "limit"),
     ("SELECT frame FROM night WHERE contains('bus') ORDER BY frame LIMIT 5", "exact"),
     ("SELECT frame FROM night WHERE frame < 100 LIMIT 5", "exact"),
@@ -285,6 +288,15 @@ def test_script_splits_on_tokens_not_text():
     ("SELECT frame FROM night WHERE contains('bus') ORDER BY frame LIMIT 3 GAP 2", "frame LIMIT",
      "ORDER BY"),
     ("SELECT frame FROM night WHERE contains(bus) FIND RARE ORACLE BUDGET 5", "bus", "quoted"),
+    # a selection returns clip, frame, ts and verified: other columns were dropped silently
+    ("SELECT frame, objects('car') FROM night WHERE objects('car') > 2 LIMIT 3", "objects('car') FROM",
+     "LIMIT returns clip, frame, ts and verified for each frame it selects, not objects('car')"),
+    ("SELECT frame AS f FROM night WHERE contains('bus') RECALL TARGET 90% ORACLE BUDGET 5",
+     "frame AS", "not frame renamed f"),
+    ("SELECT frame, ts + 1 FROM night WHERE contains('bus') LIMIT 3 GAP 2", "ts + 1",
+     "LIMIT ... GAP returns"),
+    ("SELECT start_ts FROM night WHERE contains('bus') FIND RARE ORACLE BUDGET 5", "start_ts",
+     "FIND RARE returns"),
     ("SELECT (SELECT 1 ORACLE BUDGET 3)", "ORACLE", "parentheses"),
     ("SELECT AVG(objects('car') FROM night ERROR WITHIN 1", "(objects", "not closed"),
     ("CREATE TABLE t AS SELECT 1 CONFIDENCE 95%", "CONFIDENCE", "SELECT queries only"),
@@ -340,7 +352,7 @@ def _fuzz_bases() -> list[str]:
     bases += ["SELECT AVG(objects('car')) FROM night n WHERE contains('bus') AND frame < 9 "
               "GROUP BY contains('truck') ORACLE BUDGET 10 SEED 2 USING INDEX i",
               "EXPLAIN SELECT frame FROM night WHERE contains('bus') LIMIT 3 GAP 2 USING ORACLE o",
-              "SELECT frame, ts, CAST(objects('car') AS INT) AS c FROM night AS n WHERE "
+              "SELECT frame, ts, n.clip, * FROM night AS n WHERE "
               "(objects('car') + objects('truck') >= 5 OR NOT contains('bus')) AND n.frame "
               "BETWEEN 10 AND 900 AND ts IN (1, 2) AND frame % 2 = 0 AND CASE WHEN ts > 3 THEN "
               "true ELSE false END RECALL TARGET 0.9 ORACLE BUDGET 10",
