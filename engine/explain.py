@@ -135,11 +135,16 @@ def _estimate_approximate(b: Binding, q: Query, report: Report) -> int:
                             lambda positions: flags(positions)[0] > 0, k=q.limit,
                             gap=c.gap or 0, seed=seed, max_calls=c.budget,
                             batch=b.cache.oracle.batch_size)
-    elif column_groups(q):
-        grouped_error_bound(b, q, seed, Report(operator="estimate"), group_codes(b, q)[0],
-                            truths=stand_in)
+        return stand_in.uncached()
+    if column_groups(q):
+        results = grouped_error_bound(b, q, seed, Report(operator="estimate"),
+                                      group_codes(b, q)[0], truths=stand_in).results
     else:
-        error_bound(b, q, seed, Report(operator="estimate"), truths=stand_in)
+        results = [error_bound(b, q, seed, Report(operator="estimate"), truths=stand_in)]
+    if any(not r.details["met"] and not r.exact for r in results):
+        report.details["estimate"] += (f"; the dry run spent the ORACLE BUDGET of {c.budget} "
+                                       "before the interval was within the error asked: "
+                                       "expect a wider interval")
     return stand_in.uncached()
 
 

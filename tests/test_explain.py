@@ -133,3 +133,16 @@ def test_explain_of_a_ratio_labels_nothing(tmp_path, traffic):
         db.sql(f"EXPLAIN SELECT AVG(objects('car')) FROM v WHERE {RARE} "
                "ERROR WITHIN 0.5 SEED 3").df()
         assert db.labels("v").labelled_frames.size == before
+
+
+def test_explain_says_when_the_cap_will_run_out(tmp_path, traffic):
+    """An ERROR WITHIN whose ORACLE BUDGET cap the dry run spends before the bound holds:
+    EXPLAIN says to expect a wider interval, as the query's report then does."""
+    query = "SELECT AVG(objects('car')) FROM v ERROR WITHIN {} ORACLE BUDGET 60 SEED 1"
+    with _connect(tmp_path / "c.db", *traffic) as db:
+        db.sql("SELECT COUNT(*) FROM v WHERE contains('person') ORACLE BUDGET 100 SEED 1")
+        tight = db.sql("EXPLAIN " + query.format(0.01)).df()["note"][0]
+        assert "spent the ORACLE BUDGET of 60" in tight and "wider interval" in tight
+        assert "not reached" in db.sql(query.format(0.01)).report.guarantee
+        loose = db.sql("EXPLAIN " + query.format(100)).df()["note"][0]
+        assert "wider" not in loose
