@@ -15,6 +15,7 @@ from vidql.errors import QueryError
 from .framestat import FrameExpr, frame_table_sql, parse_frame_expr
 from .labelcache import LabelCache, LabelStats
 from .oracle_api import never_gives
+from .result import Result
 
 
 def needed_frames(clip_map: ClipMap, frame_range: tuple[int | None, int | None] | None) -> np.ndarray:
@@ -53,7 +54,7 @@ def functions_known(cache: LabelCache, functions, reads_objects: bool) -> bool:
 
 def run_exact(catalog: Catalog, sql: str, videos: list[str],
               frame_ranges: dict[str, tuple] | None = None, oracle: str | None = None,
-              objects: tuple[str, ...] = ()) -> tuple[duckdb.DuckDBPyRelation | None, LabelStats]:
+              objects: tuple[str, ...] = ()) -> tuple[Result | None, LabelStats]:
     """Run `sql` exactly. `videos` are the video tables it reads (`night` or `night.objects`),
     `objects` those it reads as `night.objects`; `frame_ranges` optionally limits the frames
     labelled per video. Frame functions only of labels the oracle never gives are known (0)
@@ -88,7 +89,7 @@ def run_exact(catalog: Catalog, sql: str, videos: list[str],
             raise QueryError(f"DuckDB cannot run the query: {exc}", sql) from None
         if rel is None:
             return None, stats
-        return catalog.con.from_arrow(_named_as_written(rel.to_arrow_table(), expr)), stats
+        return Result.of(catalog.con, _named_as_written(rel, expr)), stats
     finally:
         for name in shadows:
             catalog.con.execute(f"DROP TABLE IF EXISTS temp.{quote_name(name)}")
@@ -96,18 +97,19 @@ def run_exact(catalog: Catalog, sql: str, videos: list[str],
             catalog.con.execute(f"RESET VARIABLE {quote_name(name)}")
 
 
-def _named_as_written(table, expr: FrameExpr):
-    """`table` with a column DuckDB named after a suffixed frame-function column
+def _named_as_written(rel: duckdb.DuckDBPyRelation, expr: FrameExpr) -> duckdb.DuckDBPyRelation:
+    """`rel` with a column DuckDB named after a suffixed frame-function column
     (`objects('Car') #1a2b3c4d`, see FrameFunction.column) named as the call, where no other
     column has that name in any case."""
-    names = list(table.column_names)
-    taken = {name.lower() for name in names}
+    taken = {name.lower() for name in rel.columns}
+    renames = []
     for fn in expr.functions:
         suffixed = fn.column[1:-1].replace('""', '"')
-        if suffixed != fn.canonical and suffixed in names and fn.canonical.lower() not in taken:
-            names[names.index(suffixed)] = fn.canonical
+        if (suffixed != fn.canonical and rel.columns.count(suffixed) == 1
+                and fn.canonical.lower() not in taken):
+            renames.append(f"{fn.column} AS {quote_name(fn.canonical)}")
             taken.add(fn.canonical.lower())
-    return table.rename_columns(names)
+    return rel.project(f"* RENAME ({', '.join(renames)})") if renames else rel
 
 
 def bind_query(catalog: Catalog, sql: str, videos: list[str],

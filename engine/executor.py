@@ -232,7 +232,7 @@ def _exact(db, q: Query):
         lo, hi = q.frame_range
         ranges[lower[single.split(".")[0].lower()]] = (lo, None if hi is None else hi + 1)
     t0 = time.perf_counter()
-    relation, stats = run_exact(db.catalog, q.sql, read, ranges, oracle=q.clauses.oracle,
+    result, stats = run_exact(db.catalog, q.sql, read, ranges, oracle=q.clauses.oracle,
                                 objects=objects)
     report = Report(operator="exact", video=", ".join(read) or None,
                     oracle=q.clauses.oracle, guarantee="exact")
@@ -245,4 +245,6 @@ def _exact(db, q: Query):
         report.details["label_note"] = note
     costs = {oracle.simulated_cost_ms for oracle in oracles}
     report.simulated_cost_ms = costs.pop() if len(costs) == 1 else None
-    return None if relation is None else Result(db.catalog.con, relation.to_arrow_table(), report)
+    if result is not None:
+        result.report = report
+    return result

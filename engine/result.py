@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from .sqlnames import quote_name
+
 if TYPE_CHECKING:
     import duckdb
     import pyarrow as pa
@@ -74,9 +76,16 @@ class Result:
     DuckDB connection, `db.sql()` included, reads it by its Python variable name
     (`SELECT * FROM r`), through the Arrow stream interface."""
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, table: pa.Table, report: Report | None = None):
+    def __init__(self, con: duckdb.DuckDBPyConnection, table: pa.Table, report: Report | None = None,
+                 hugeint: tuple[str, ...] = ()):
+        """`hugeint`: columns DuckDB typed HUGEINT (integer sums), which Arrow holds as
+        decimal128(38, 0); they read as HUGEINT again (Python ints), as DuckDB gives them."""
         self.table = table
         self.relation = con.from_arrow(table)
+        if hugeint:
+            self.relation = self.relation.project("* REPLACE (" + ", ".join(
+                f"CAST({quote_name(name)} AS HUGEINT) AS {quote_name(name)}" for name in hugeint) + ")")
+        self._hugeint = [name in hugeint for name in table.column_names]
         self.report = report
         self._next_row = 0
 
@@ -85,9 +94,12 @@ class Result:
         """From a pandas DataFrame or a DuckDB relation (which runs once, here)."""
         import pyarrow as pa
 
-        table = pa.Table.from_pandas(rows, preserve_index=False) if hasattr(rows, "iloc") \
-            else rows.to_arrow_table()
-        return cls(con, table, report)
+        if hasattr(rows, "iloc"):
+            return cls(con, pa.Table.from_pandas(rows, preserve_index=False), report)
+        table = rows.to_arrow_table()
+        hugeint = tuple(name for name, kind in zip(table.column_names, rows.types, strict=True)
+                        if str(kind) == "HUGEINT")
+        return cls(con, table, report, hugeint)
 
     def __getattr__(self, name: str):
         if name in ("relation", "table", "report", "_next_row"):  # not set yet: no recursion
@@ -109,9 +121,11 @@ class Result:
 
     def fetchmany(self, size: int = 1) -> list[tuple]:
         """The next `size` rows not fetched yet (an empty list at the end)."""
-        rows = self.table.slice(self._next_row, max(0, int(size))).to_pylist()
-        self._next_row += len(rows)
-        return [tuple(row.values()) for row in rows]
+        part = self.table.slice(self._next_row, max(0, int(size)))
+        self._next_row += part.num_rows
+        columns = [[None if v is None else int(v) for v in column.to_pylist()] if wide
+                   else column.to_pylist() for column, wide in zip(part.columns, self._hugeint, strict=True)]
+        return list(zip(*columns, strict=True)) if columns else [()] * part.num_rows
 
     def fetchone(self) -> tuple | None:
         """The next row not fetched yet, None at the end."""

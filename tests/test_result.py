@@ -43,6 +43,21 @@ def test_result_reads_like_a_relation(traffic_db):
         assert rows.fetchmany(3) == rows.fetchall()[:3]
 
 
+def test_integer_sums_read_as_duckdb_gives_them(traffic_db):
+    """DuckDB sums integers into HUGEINT, which Python reads as int; a Result's rows pass
+    through Arrow (decimal128), and gave Decimal('2093'), which a float cannot multiply."""
+    with vidql.connect(traffic_db, progress=False) as db:
+        for sql in ("SELECT sum(objects('car')) AS cars, count(*) AS n FROM t",
+                    "SELECT sum(frame) AS cars, count(*) AS n FROM t"):  # exact, plain DuckDB
+            r = db.sql(sql)
+            expected = duckdb.sql(sql.replace("objects('car')", "frame * 0 + 7").replace(
+                " FROM t", " FROM range(300) r(frame)")).types
+            assert [str(kind) for kind in r.types] == [str(kind) for kind in expected]
+            cars, n = r.fetchall()[0]
+            assert type(cars) is int and type(n) is int and r.fetchone() == (cars, n)
+            assert r.df()["cars"][0] * 0.5 == cars * 0.5
+
+
 def test_result_is_readable_by_name_from_sql(traffic_db):
     with vidql.connect(traffic_db, progress=False) as db:
         r = db.sql(AVG)
