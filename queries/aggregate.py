@@ -38,11 +38,14 @@ MIN_SAMPLES_WITHOUT_RANGE = 30
 
 
 class _Sampler:
-    """Labels frames in one random order, in batches, keeping the values in that order."""
+    """Labels frames in one random order, in batches, keeping the values in that order;
+    never more than `limit` frames (a callback labelling ahead is told no frame beyond)."""
 
-    def __init__(self, n: int, true_values: Callable, rng: np.random.Generator, batch: int):
+    def __init__(self, n: int, true_values: Callable, rng: np.random.Generator, batch: int,
+                 limit: int):
         self.n = n
         self.order = rng.permutation(n)
+        self.limit = limit
         self.oracle = DistinctOracle(true_values, n)
         # a callback may label ahead: told the coming frames, it labels a batch at once
         self.ahead = getattr(true_values, "ahead", None)
@@ -54,7 +57,7 @@ class _Sampler:
         while self.taken < t:
             chunk = self.order[self.taken:min(t, self.taken + self.batch)]
             if self.ahead is not None:
-                self.ahead(self.order[self.taken:], chunk.size)
+                self.ahead(self.order[self.taken:self.limit], chunk.size)
             self.taken += chunk.size
             yield chunk, self.oracle(chunk)
 
@@ -204,7 +207,7 @@ def aggregate_error_bound(n: int, true_values: Callable[[np.ndarray], np.ndarray
         proxy = check_scores("proxy", proxy, n)
         proxy_stats = (float(proxy.mean()), float(proxy.min()), float(proxy.max()))
     delta = 1.0 - confidence
-    sampler = _Sampler(n, true_values, rng, batch)
+    sampler = _Sampler(n, true_values, rng, batch, limit)
     moments = RunningMoments(1 if proxy is None else 2)
     values: list[np.ndarray] = []
     seen_low, seen_high = math.inf, -math.inf
@@ -299,7 +302,7 @@ def aggregate_ratio_error_bound(n: int, true_values: Callable, *, error: float,
     n, error, confidence, batch, limit, rng, value_range = _check_common(
         n, error, relative, confidence, batch, max_samples, seed, value_range, bound)
     delta = 1.0 - confidence
-    sampler = _Sampler(n, true_values, rng, batch)
+    sampler = _Sampler(n, true_values, rng, batch, limit)
     moments = RunningMoments(2)
     columns: list[np.ndarray] = []
     seen_low, seen_high = math.inf, -math.inf

@@ -22,6 +22,7 @@ def test_a_cap_that_runs_out_says_the_bound_was_not_reached(db):
                  "SEED 1").df().iloc[0]
     report = db.last_report
     assert row["ci_high"] - row["ci_low"] > 0.002 and row["frames"] == 40
+    assert row["oracle_calls"] == report.oracle_calls <= 40  # labelling ahead stops at the cap
     assert "not reached" in report.guarantee and "40 oracle calls" in report.guarantee
     assert "ORACLE BUDGET of 40" in report.details["note"]
     assert "not reached" in report.summary()
@@ -39,6 +40,7 @@ def test_each_group_whose_share_of_the_cap_runs_out_is_named(db):
                 "ERROR WITHIN 0.001 ORACLE BUDGET 60 SEED 1").df()
     report = db.last_report
     assert len(df) == 2 and "not reached" in report.guarantee
+    assert df["oracle_calls"].sum() == report.oracle_calls <= 60
     assert "group 0: the ORACLE BUDGET" in report.details["note"]
     assert "group 1: the ORACLE BUDGET" in report.details["note"]
 
