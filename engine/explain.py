@@ -103,13 +103,13 @@ def _estimate_approximate(b: Binding, q: Query, report: Report) -> int:
     if q.kind in ("select_recall", "select_precision"):  # frames already labelled are free
         calls = _estimate_selection(b.proxy(predicate_expr(q)), q, report)
         return round(min(calls, b.n) * (1.0 - StandIn.cached_share(b)))
+    if q.aggregate is not None and count_star(q) and (not q.group_by or column_groups(q)):
+        report.details["estimate"] = "COUNT(*) of the video table needs no oracle"
+        return 0
     if q.kind in ("aggregate_budget", "rare"):
         report.details["estimate"] = ("the ORACLE BUDGET (or every frame, if fewer), less the "
                                       "share of frames already labelled")
         return round(min(int(c.budget), b.n) * (1.0 - StandIn.cached_share(b)))
-    if q.kind == "aggregate" and count_star(q):
-        report.details["estimate"] = "COUNT(*) of the video table needs no oracle"
-        return 0
     if never_gives(b.cache.oracle, [fn.label for fn in b.functions]):  # every statistic
         report.details["estimate"] = ("the oracle never gives a label the query's frame "
                                       "functions name, so they count 0 on every frame: no "

@@ -13,7 +13,7 @@ from .catalog import quote_name
 from .dialect import Query
 from vidql.errors import CatalogError, QueryError
 from .exact import bind_query
-from .framestat import FrameExpr, frame_statistic, is_predicate, parse_frame_expr
+from .framestat import FrameExpr, frame_statistic, is_predicate, parse_frame_expr, sql_type
 from .labelcache import LabelCache
 from .oracle_api import never_gives, unknown_label_note
 from .result import Report, Result
@@ -365,7 +365,8 @@ def _run_column_groups(b: Binding, q: Query, seed: int, report: Report) -> pd.Da
     agg, conf = q.aggregate, query_confidence(q)
     codes, keys = group_codes(b, q)
     sizes = np.bincount(codes, minlength=len(keys))
-    if q.kind == "aggregate" and count_star(q):
+    if count_star(q):
+        report.operator = "COUNT(*) of the frames (no oracle call)"
         report.guarantee = "exact (COUNT(*) of each group's frames)"
         return pd.DataFrame({group_column(q): keys, "estimate": sizes.astype(float),
                              "ci_low": sizes.astype(float), "ci_high": sizes.astype(float),
@@ -422,14 +423,15 @@ def _run_aggregate(b: Binding, q: Query, seed: int, report: Report) -> pd.DataFr
     stat, pred, _ = _error_bound_targets(q)
     if column_groups(q):
         return _run_column_groups(b, q, seed, report)
-    if q.kind == "aggregate_budget":
-        return _run_budget(b, q, seed, report, stat, pred, conf)
-    c = q.clauses
-    if count_star(q):
+    if count_star(q) and not q.group_by:
+        report.operator = "COUNT(*) of the frames (no oracle call)"
         report.guarantee = "exact (COUNT(*) of the video table)"
         return pd.DataFrame({"estimate": [float(b.n)], "ci_low": [float(b.n)],
                              "ci_high": [float(b.n)], "confidence": [1.0], "oracle_calls": [0],
                              "frames": [0]})
+    if q.kind == "aggregate_budget":
+        return _run_budget(b, q, seed, report, stat, pred, conf)
+    c = q.clauses
     result = error_bound(b, q, seed, report)
     scale = 1.0 if agg.func == "avg" else float(b.n)
     report.operator = f"aggregate ({result.method})"
@@ -504,18 +506,19 @@ def _run_budget(b: Binding, q: Query, seed: int, report: Report, stat, pred, con
 
     agg = q.aggregate
     budget = q.clauses.budget
-    proxy = _budget_proxy(b, stat, pred, report)
+    group = _group_expr(q) if q.group_by else None
+    proxy = _budget_proxy(b, stat, pred, report, group)
     notes = []
     report.guarantee = (f"{agg.func.upper()} with ≤ {budget} oracle calls, {conf:.0%} "
                         f"finite-sample interval")
     common = dict(budget=budget, agg=agg.func, confidence=conf, seed=seed,
                   value_range=_value_range(stat, report))
-    if q.group_by:
-        group = q.group_expr or parse_frame_expr(q.group_by)
+    if group is not None:
         results = queries.aggregate_budget_grouped(proxy, _pair(b, stat, pred, group), **common)
         report.operator = "aggregate under budget, grouped (ABae)"
         report.guarantee += f", all {len(results)} groups at once"
-        ordered = sorted(results.items())
+        key = bool if is_predicate(group) else int if _integer(group) else float
+        ordered = sorted((key(g), r) for g, r in results.items())
         frame = pd.concat([_aggregate_frame(r, 1.0, conf, g, group_column(q))
                            for g, r in ordered], ignore_index=True)
         notes += [f"group {g}: {r.details['note']}" for g, r in ordered if "note" in r.details]
@@ -536,13 +539,23 @@ def _add_notes(report: Report, notes: list[str]) -> None:
         report.details["note"] = "; ".join(notes)
 
 
-def _budget_proxy(b: Binding, stat, pred, report: Report) -> np.ndarray:
-    """ABae's proxy: the predicate's (else the statistic's); zeros without an index, noted."""
-    proxy = b.proxy(pred) if pred is not None else b.proxy(stat)
+def _budget_proxy(b: Binding, stat, pred, report: Report, group=None) -> np.ndarray:
+    """ABae's proxy: the predicate's, else the statistic's, else the frame-function GROUP BY
+    key's (COUNT(*) per group); zeros without an index, noted."""
+    expr = next((e for e in (pred, stat, group) if e is not None), None)
+    proxy = b.proxy(expr)
     if proxy is None:  # no index: strata are random, ABae degrades to uniform sampling
         report.details["note"] = "no index: stratification by proxy unavailable"
         return np.zeros(b.n)
     return proxy
+
+
+def _integer(expr: FrameExpr) -> bool:
+    """Whether a frame statistic's values are whole numbers (its SQL type is an integer)."""
+    cols = ", ".join(f"{'0::BIGINT' if fn.kind == 'objects' else 'false'} AS {fn.column}"
+                     for fn in expr.functions)
+    kind = sql_type(f"SELECT ({expr.sql}) AS v FROM (SELECT {cols})")
+    return kind in ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT")
 
 
 def run_recall(proxy, is_true, c, conf: float, seed: int):

@@ -121,3 +121,30 @@ def test_bad_group_key_and_small_budget_are_refused(db):
     with pytest.raises(vidql.errors.ParameterError, match="too small for 3 groups"):
         db.sql("SELECT floor(ts / 4) AS b, AVG(objects('car')) FROM v GROUP BY b "
                "ORACLE BUDGET 20")
+
+
+def test_count_star_under_a_budget_is_exact(db):
+    """COUNT(*) without a frame predicate needs no oracle under ORACLE BUDGET as under ERROR
+    WITHIN (it was sampled: 300 with an interval [225, 300] and the budget spent)."""
+    for sql, sizes in (("SELECT COUNT(*) FROM v WHERE frame < 200", [200.0]),
+                       ("SELECT frame // 100 AS part, COUNT(*) FROM v GROUP BY part",
+                        [100.0] * 3)):
+        assert db.sql(f"EXPLAIN {sql} ORACLE BUDGET 40").df()["estimated_oracle_calls"][0] == 0
+        df = db.sql(sql + " ORACLE BUDGET 40 SEED 1").df()
+        assert df["estimate"].tolist() == df["ci_low"].tolist() == df["ci_high"].tolist() == sizes
+        assert db.last_report.oracle_calls == 0 and df["frames"].sum() == 0
+
+
+def test_frame_function_groups_are_typed_and_stratified_by_their_proxy(db, small_traffic):
+    """The keys of a frame-function GROUP BY have the expression's type (a predicate's are
+    booleans, a count's integers; they were floats), and COUNT(*) per group stratifies by the
+    key's proxy (it had no statistic to stratify by and said 'no index')."""
+    db.sql("CREATE INDEX vi ON v USING TASTI WITH (train = 60, reps = 100, triplets = 1000)")
+    base = "SELECT objects('car') >= 3 AS busy, COUNT(*) FROM v GROUP BY busy"
+    df = db.sql(base + " ORACLE BUDGET 100 SEED 2").df()
+    check_rows(df, "busy", exact(small_traffic, base, "busy"))
+    assert df["busy"].tolist() == [False, True]
+    assert "note" not in db.last_report.details, db.last_report.details
+    counts = db.sql("SELECT objects('person') AS people, AVG(objects('car')) FROM v "
+                    "GROUP BY people ORACLE BUDGET 100 SEED 2").df()
+    assert all(type(key) is int for key in counts["people"].tolist())
