@@ -122,6 +122,47 @@ def test_max_samples_stops_without_meeting_the_bound():
     assert res.ci_low <= res.estimate <= res.ci_high
 
 
+def _capped_half_widths(values, proxy, error, trials, cap=150):
+    halves, hits = [], 0
+    for seed in range(trials):
+        res = aggregate_error_bound(values.size, lambda f: values[f], proxy=proxy, error=error,
+                                    seed=seed, value_range=(0.0, values.max()), max_samples=cap)
+        halves.append((res.ci_high - res.ci_low) / 2)
+        hits += res.ci_low - 1e-12 <= values.mean() <= res.ci_high + 1e-12
+    return np.array(halves), hits / trials
+
+
+def test_a_cap_gives_the_interval_its_draws_allow_however_fine_the_error_asked():
+    """Under a cap the bound is not reached, and the interval is about what the capped
+    draws can resolve (a CLT interval's width is the yardstick): bets aimed at the error
+    asked had almost no power, so ERROR WITHIN 0.001 gave ten times the width of 0.5."""
+    values, _ = counts_population(4)
+    clt = 1.96 * values.std() / np.sqrt(150)
+    fine, _ = _capped_half_widths(values, None, 0.001, 5)
+    assert np.median(fine) <= 1.6 * clt, (np.median(fine), clt)
+
+
+@pytest.mark.parametrize("use_proxy", [False, True])
+@pytest.mark.slow
+def test_a_capped_interval_covers(use_proxy):
+    values, proxy = counts_population(5)
+    halves, coverage = _capped_half_widths(values, proxy if use_proxy else None, 0.001, TRIALS)
+    assert coverage >= 0.93
+    assert np.median(halves) <= 1.6 * 1.96 * values.std() / np.sqrt(150)
+
+
+@pytest.mark.slow
+def test_a_capped_ratio_interval_covers():
+    stat, pred = ratio_population(11)
+    truth, hits = stat[pred].mean(), 0
+    for seed in range(TRIALS):
+        res = aggregate_ratio_error_bound(stat.size, lambda f: (stat[f], pred[f]), error=0.001,
+                                          seed=seed, value_range=(0.0, 20.0), max_samples=400)
+        hits += res.ci_low <= truth <= res.ci_high
+        assert not res.details["met"] and res.ci_high - res.ci_low < 4
+    assert hits / TRIALS >= 0.93
+
+
 def test_without_value_range_the_sample_range_is_used_and_said():
     values, _ = counts_population(8)
     res = aggregate_error_bound(values.size, lambda f: values[f], error=0.5, seed=0)
