@@ -108,6 +108,19 @@ def small_traffic(tmp_path_factory) -> tuple[Path, Path]:
 
 
 @pytest.fixture()
+def traffic_con(small_traffic):
+    """An in-memory database with the small traffic video `v` and its LABELS oracle `truth`
+    (nearly free), nothing labelled yet."""
+    import vidql
+
+    video, labels = small_traffic
+    with vidql.connect(progress=False) as con:
+        con.sql(f"LOAD VIDEO '{video}' AS v; CREATE ORACLE truth FROM LABELS '{labels}'; "
+                "SET ORACLE v = truth")
+        yield con
+
+
+@pytest.fixture()
 def traffic_db(small_traffic, tmp_path) -> Path:
     """A database file with the small traffic video `t` and its LABELS oracle `truth`
     (a simulated 40 ms a frame), nothing labelled yet."""

@@ -5,16 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-import vidql
 
 
 @pytest.fixture()
-def db(small_traffic):
-    video, labels = small_traffic
-    with vidql.connect(progress=False) as con:
-        con.sql(f"LOAD VIDEO '{video}' AS v; CREATE ORACLE truth FROM LABELS '{labels}'; "
-                "SET ORACLE v = truth")
-        yield con
+def db(traffic_con):
+    return traffic_con
 
 
 def test_a_cap_that_runs_out_says_the_bound_was_not_reached(db):

@@ -172,6 +172,16 @@ def test_cheap_oracle_labels_whole_batches_from_the_start(small_traffic, tmp_pat
         assert sizes[:3] == [MIN_AHEAD] * 3, sizes
 
 
+def _count_statements(cache) -> list:
+    """The statements `cache` executes from now on, collected in the list returned."""
+    statements = []
+    con = cache.con
+    cache.con = type("Counting", (), {
+        "execute": lambda self, *a: statements.append(a[0]) or con.execute(*a),
+        "__getattr__": lambda self, name: getattr(con, name)})()
+    return statements
+
+
 def test_earlier_labels_counted_in_one_statement(small_traffic, tmp_path):
     """Frames labelled before the cache counted them (by an index, another connection) are
     counted from the catalog in one statement, not one per callback that meets them."""
@@ -181,11 +191,7 @@ def test_earlier_labels_counted_in_one_statement(small_traffic, tmp_path):
     with vidql.connect(tmp_path / "e.db", progress=False) as db:
         cache = db.labels("t")
         values = cache.true_values("objects('car')")
-        statements = []
-        con = cache.con
-        cache.con = type("Counting", (), {
-            "execute": lambda self, *a: statements.append(a[0]) or con.execute(*a),
-            "__getattr__": lambda self, name: getattr(con, name)})()
+        statements = _count_statements(cache)
         for start in range(0, 300, 30):
             values(np.arange(start, start + 30, 3))
         assert len(statements) == 1, statements
@@ -207,11 +213,7 @@ def test_many_earlier_labels_take_few_statements(small_traffic, tmp_path, monkey
     with vidql.connect(tmp_path / "c.db", progress=False) as db:
         cache = db.labels("t")
         values = cache.true_values("objects('car')")
-        statements = []
-        con = cache.con
-        cache.con = type("Counting", (), {
-            "execute": lambda self, *a: statements.append(a[0]) or con.execute(*a),
-            "__getattr__": lambda self, name: getattr(con, name)})()
+        statements = _count_statements(cache)
         frames = np.random.default_rng(3).permutation(300)
         got = np.concatenate([values(frames[i:i + 5])[0] for i in range(0, 300, 5)])
         assert len(statements) <= 5, len(statements)  # chunks of 20, 40, 80, 160: 4 (+ asks)
