@@ -135,28 +135,36 @@ def parse_frame_expr(text: str, offset: int = 0, full_query: str | None = None) 
 def _parse_call(tokens: list[Token], i: int, query: str, offset: int) -> tuple[FrameFunction, int]:
     """Parse `name ( args )` starting at tokens[i]; return the call and the index of ')'."""
     name = tokens[i].text.lower()
-    args = []
+    args: list[list[Token]] = []  # the tokens of each comma-separated argument
     j = i + 2
     while j < len(tokens) and tokens[j].text != ")":
+        if tokens[j].text == "," or not args:
+            args.append([])
         if tokens[j].text != ",":
-            args.append(tokens[j])
+            args[-1].append(tokens[j])
         j += 1
     where = offset + tokens[i].start
     usage = ("objects('class'[, min_score]) or objects(*)" if name == "objects"
              else "contains('class'[, min_score])")
     if j >= len(tokens):
         raise QueryError(f"{name}( is not closed", query, where, hint=f"write {usage}")
-    if not args:
+    if not args or not args[0]:
         raise QueryError(f"{name}() needs a class name", query, where, hint=f"write {usage}")
     label = _label(name, args[0], query, offset, where, usage)
     if len(args) > 2:
         raise QueryError(f"{name}() takes at most two arguments", query, where, hint=f"write {usage}")
-    min_score = _min_score(name, args[1], query, offset, usage) if len(args) == 2 else 0.0
+    min_score = _min_score(name, args[1], query, offset, where, usage) if len(args) == 2 else 0.0
     return FrameFunction(name, label, min_score), j
 
 
-def _label(name: str, arg: Token, query: str, offset: int, where: int, usage: str) -> str | None:
+def _label(name: str, tokens: list[Token], query: str, offset: int, where: int,
+           usage: str) -> str | None:
     """The class a call's first argument names; None for `*` (any class)."""
+    arg = tokens[0]
+    if len(tokens) > 1:
+        raise QueryError(f"{name}() takes a quoted class name, got "
+                         f"{query[offset + arg.start:offset + tokens[-1].end]}", query,
+                         offset + arg.start, hint=f"write {usage}")
     if arg.text == "*":
         if name != "objects":
             raise QueryError("contains(*) is not a frame function", query, where, hint=f"write {usage}")
@@ -167,13 +175,21 @@ def _label(name: str, arg: Token, query: str, offset: int, where: int, usage: st
     return string_value(arg)
 
 
-def _min_score(name: str, arg: Token, query: str, offset: int, usage: str) -> float:
-    if arg.kind != "number":
-        raise QueryError(f"{name}() min_score must be a number, got {arg.text}", query,
-                         offset + arg.start, hint=f"write {usage}")
-    min_score = float(arg.text)
+def _min_score(name: str, tokens: list[Token], query: str, offset: int, where: int,
+               usage: str) -> float:
+    """A call's second argument: a number in [0, 1], perhaps signed."""
+    if not tokens:
+        raise QueryError(f"{name}() has no min_score after its comma", query, where,
+                         hint=f"write {usage}")
+    arg, sign = tokens[-1], [t.text for t in tokens[:-1]]
+    if arg.kind != "number" or sign not in ([], ["-"], ["+"]):
+        raise QueryError(f"{name}() min_score must be a number, got "
+                         f"{query[offset + tokens[0].start:offset + arg.end]}", query,
+                         offset + tokens[0].start, hint=f"write {usage}")
+    min_score = -float(arg.text) if sign == ["-"] else float(arg.text)
     if not 0.0 <= min_score <= 1.0:
-        raise QueryError(f"min_score {min_score:g} is outside [0, 1]", query, offset + arg.start)
+        raise QueryError(f"min_score {min_score:g} is outside [0, 1]", query,
+                         offset + tokens[0].start)
     return min_score
 
 

@@ -288,6 +288,14 @@ def test_script_splits_on_tokens_not_text():
     ("SELECT frame FROM night WHERE contains('bus') ORDER BY frame LIMIT 3 GAP 2", "frame LIMIT",
      "ORDER BY"),
     ("SELECT frame FROM night WHERE contains(bus) FIND RARE ORACLE BUDGET 5", "bus", "quoted"),
+    # a frame function's arguments are read one by one (a signed or computed one was taken
+    # for more arguments)
+    ("SELECT AVG(objects('car', -1)) FROM night ERROR WITHIN 1", "-1", "min_score -1 is outside"),
+    ("SELECT AVG(objects('car', 0.5 + 1)) FROM night ERROR WITHIN 1", "0.5 +",
+     "min_score must be a number, got 0.5 + 1"),
+    ("SELECT AVG(objects('car',)) FROM night ERROR WITHIN 1", "objects", "no min_score"),
+    ("SELECT AVG(objects('car' || 'x')) FROM night ERROR WITHIN 1", "'car' ||",
+     "quoted class name, got 'car' || 'x'"),
     # a selection returns clip, frame, ts and verified: other columns were dropped silently
     ("SELECT frame, objects('car') FROM night WHERE objects('car') > 2 LIMIT 3", "objects('car') FROM",
      "LIMIT returns clip, frame, ts and verified for each frame it selects, not objects('car')"),
