@@ -366,7 +366,7 @@ def _run_column_groups(b: Binding, q: Query, seed: int, report: Report) -> pd.Da
     codes, keys = group_codes(b, q)
     sizes = np.bincount(codes, minlength=len(keys))
     if count_star(q):
-        report.operator = "COUNT(*) of the frames (no oracle call)"
+        report.operator, report.seed = "COUNT(*) of the frames (no oracle call)", None
         report.guarantee = "exact (COUNT(*) of each group's frames)"
         return pd.DataFrame({group_column(q): keys, "estimate": sizes.astype(float),
                              "ci_low": sizes.astype(float), "ci_high": sizes.astype(float),
@@ -424,7 +424,7 @@ def _run_aggregate(b: Binding, q: Query, seed: int, report: Report) -> pd.DataFr
     if column_groups(q):
         return _run_column_groups(b, q, seed, report)
     if count_star(q) and not q.group_by:
-        report.operator = "COUNT(*) of the frames (no oracle call)"
+        report.operator, report.seed = "COUNT(*) of the frames (no oracle call)", None
         report.guarantee = "exact (COUNT(*) of the video table)"
         return pd.DataFrame({"estimate": [float(b.n)], "ci_low": [float(b.n)],
                              "ci_high": [float(b.n)], "confidence": [1.0], "oracle_calls": [0],

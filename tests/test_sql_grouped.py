@@ -129,6 +129,7 @@ def test_count_star_under_a_budget_is_exact(db):
         df = db.sql(sql + " ORACLE BUDGET 40 SEED 1").df()
         assert df["estimate"].tolist() == df["ci_low"].tolist() == df["ci_high"].tolist() == sizes
         assert db.last_report.oracle_calls == 0 and df["frames"].sum() == 0
+        assert db.last_report.seed is None  # nothing was sampled
 
 
 def test_frame_function_groups_are_typed_and_stratified_by_their_proxy(db, small_traffic):
