@@ -21,6 +21,10 @@ from vidql.detections import DETECTION_COLUMNS, DetectionArrays
 from vidql.errors import QueryError
 
 FRAME_FUNCTIONS = ("objects", "contains")
+# functions that give a value for any values of their arguments (DuckDB's own, in a frame
+# statistic); any other may give NULL, and so may NULL, NULLIF, TRY and a CASE without ELSE
+NULL_SAFE_FUNCTIONS = frozenset({"abs", "cast", "coalesce", "greatest", "least", "round",
+                                 "floor", "ceil", "ceiling", "sign", "if"})
 COMPARISONS = {">=": np.greater_equal, ">": np.greater, "<=": np.less_equal, "<": np.less,
                "=": np.equal, "==": np.equal, "!=": np.not_equal, "<>": np.not_equal}
 
@@ -223,13 +227,12 @@ def evaluate(expr: FrameExpr | str, detections: pd.DataFrame, frames) -> np.ndar
     con.register("__frames", pd.DataFrame({"frame": frames, "__pos": np.arange(len(frames))}))
     try:
         table = frame_table_sql(expr.functions, "__det", "__frames")
-        sql = f"SELECT CAST(({expr.sql}) AS DOUBLE) FROM ({table}) ORDER BY __pos"
+        sql = f"SELECT {_as_double(expr)} FROM ({table}) ORDER BY __pos"
         try:
             values = con.execute(sql).fetchnumpy()
         except duckdb.Error as exc:
             raise QueryError(f"cannot evaluate frame statistic {expr.text!r}: {exc}") from None
-        out = np.asarray(next(iter(values.values())), dtype=np.float64)
-        return np.nan_to_num(out, nan=0.0)
+        return _finite(expr, np.asarray(next(iter(values.values())), dtype=np.float64))
     finally:
         con.unregister("__det")
         con.unregister("__frames")
@@ -252,6 +255,23 @@ def sql_type(select: str) -> str | None:
         return connection().execute(f"DESCRIBE {select}").fetchall()[0][1]
     except duckdb.Error:
         return None
+
+
+def may_be_null(expr: FrameExpr) -> bool:
+    """Whether a frame statistic may be NULL on some frame, read (conservatively) off its
+    text: a NULL other than in IS [NOT] NULL, NULLIF, TRY, a subquery, a CASE without ELSE,
+    or a function not in NULL_SAFE_FUNCTIONS. SQL aggregates skip such frames."""
+    tokens = [t for t in tokenize(expr.sql) if t.kind != "comment"]
+    words = [t.text.lower() if t.kind in ("keyword", "identifier") else t.text for t in tokens]
+    for i, word in enumerate(words):
+        if word == "null" and not (words[i - 1:i] == ["is"] or words[i - 2:i] == ["is", "not"]):
+            return True
+        if word in ("nullif", "try", "try_cast", "select"):
+            return True
+        called = i + 1 < len(words) and words[i + 1] == "("
+        if called and tokens[i].kind in ("keyword", "identifier") and word not in NULL_SAFE_FUNCTIONS:
+            return True
+    return words.count("case") > words.count("else")
 
 
 def count_key(fn: FrameFunction) -> tuple[str | None, float]:
@@ -366,11 +386,30 @@ def _on_counts(expr: FrameExpr, keys: list[tuple]) -> tuple[int, Callable] | Non
 
 def _select(con, exprs: list[FrameExpr], source: str, params: list) -> list[np.ndarray]:
     """`exprs` over the rows of `SELECT {source}` (with `params`), in `__pos` order."""
-    cols = ", ".join(f"CAST(({e.sql}) AS DOUBLE) AS v{i}" for i, e in enumerate(exprs))
+    cols = ", ".join(f"{_as_double(e)} AS v{i}" for i, e in enumerate(exprs))
     values = con.execute(f"SELECT {cols} FROM (SELECT {source}) ORDER BY __pos",
                          params).fetchnumpy()
-    return [np.nan_to_num(np.asarray(values[f"v{i}"], dtype=np.float64), nan=0.0)
-            for i in range(len(exprs))]
+    return [_finite(e, np.asarray(values[f"v{i}"], dtype=np.float64))
+            for i, e in enumerate(exprs)]
+
+
+def _as_double(expr: FrameExpr) -> str:
+    """SQL for a statistic's value as a DOUBLE; a predicate that is NULL is false (as in
+    WHERE), another statistic stays NULL."""
+    return (f"coalesce(CAST(({expr.sql}) AS DOUBLE), "
+            f"CASE WHEN typeof(({expr.sql})) = 'BOOLEAN' THEN 0 END)")
+
+
+def _finite(expr: FrameExpr, values: np.ndarray) -> np.ndarray:
+    """`values` of a frame statistic, or a QueryError where one is NULL, NaN or infinite:
+    counted as 0 before, such a frame moved AVG (the planner leaves NULLs out, as SQL
+    does, for a statistic `may_be_null` flags)."""
+    if not np.isfinite(values).all():
+        raise QueryError(f"frame statistic {expr.text!r} has no finite value on some frames "
+                         "(NULL, NaN or infinite: a division by zero, say); write it so "
+                         "that every frame has a number, e.g. with NULLIF(..., 0) inside "
+                         "AVG, which then leaves those frames out")
+    return values
 
 
 def _mentions_frame(expr: FrameExpr) -> bool:

@@ -13,7 +13,8 @@ from .catalog import quote_name
 from .dialect import Query
 from vidql.errors import CatalogError, QueryError
 from .exact import bind_query
-from .framestat import FrameExpr, frame_statistic, is_predicate, parse_frame_expr, sql_type
+from .framestat import (FrameExpr, frame_statistic, is_predicate, may_be_null,
+                        parse_frame_expr, sql_type)
 from .labelcache import LabelCache
 from .oracle_api import never_gives, unknown_label_note
 from .result import Report, Result
@@ -273,20 +274,33 @@ def _error_bound_targets(q: Query):
     estimated (None for COUNT(*) without a frame predicate, which needs no oracle)."""
     agg = q.aggregate
     pred = predicate_expr(q)
-    stat = agg.expr if agg.expr is not None and agg.func != "count" else None
+    arg = agg.expr
+    if arg is not None and may_be_null(arg):  # AVG and COUNT skip its NULLs, SUM adds 0
+        if not arg.is_frame_statistic:
+            raise QueryError(f"{agg.func.upper()}({arg.text}) reads the video table's own "
+                             "columns only: it needs no oracle; run it without the vidql "
+                             "clauses", q.text, max(q.text.find(arg.text), 0))
+        if agg.func != "sum":
+            present = f"(({arg.text}) IS NOT NULL)"
+            pred = parse_frame_expr(present if pred is None else f"({pred.text}) AND {present}")
+        arg = parse_frame_expr(f"coalesce(({arg.text}), 0)")
+    stat = arg if arg is not None and agg.func != "count" else None
     if agg.func == "avg" and pred is not None:
         return stat, pred, None
     target = stat if agg.func != "count" else pred
     if target is not None and agg.func == "sum" and pred is not None:
         # SUM(x) WHERE p: per-frame x * p
         target = parse_frame_expr(f"CAST(({target.text}) AS DOUBLE) * "
-                                  f"CAST(({pred.text}) AS DOUBLE)")
+                                  f"CAST(coalesce(({pred.text}), false) AS DOUBLE)")
     return stat, pred, target
 
 
 def count_star(q: Query) -> bool:
-    """COUNT(*) without a frame predicate: the size of the video table, no oracle needed."""
-    return q.aggregate.func == "count" and predicate_expr(q) is None
+    """COUNT(*) (or COUNT(x) of an x never NULL) without a frame predicate: the size of the
+    video table, no oracle needed."""
+    agg = q.aggregate
+    return (agg.func == "count" and predicate_expr(q) is None
+            and (agg.expr is None or not may_be_null(agg.expr)))
 
 
 def error_bound(b: Binding, q: Query, seed: int, report: Report, truths=None):
