@@ -232,7 +232,7 @@ def evaluate(expr: FrameExpr | str, detections: pd.DataFrame, frames) -> np.ndar
             values = con.execute(sql).fetchnumpy()
         except duckdb.Error as exc:
             raise QueryError(f"cannot evaluate frame statistic {expr.text!r}: {exc}") from None
-        return _finite(expr, np.asarray(next(iter(values.values())), dtype=np.float64))
+        return _finite(expr, next(iter(values.values())))
     finally:
         con.unregister("__det")
         con.unregister("__frames")
@@ -263,6 +263,8 @@ def may_be_null(expr: FrameExpr) -> bool:
     or a function not in NULL_SAFE_FUNCTIONS. SQL aggregates skip such frames."""
     tokens = [t for t in tokenize(expr.sql) if t.kind != "comment"]
     words = [t.text.lower() if t.kind in ("keyword", "identifier") else t.text for t in tokens]
+    if _coalesced_to_a_number(tokens, words):
+        return False
     for i, word in enumerate(words):
         if word == "null" and not (words[i - 1:i] == ["is"] or words[i - 2:i] == ["is", "not"]):
             return True
@@ -272,6 +274,19 @@ def may_be_null(expr: FrameExpr) -> bool:
         if called and tokens[i].kind in ("keyword", "identifier") and word not in NULL_SAFE_FUNCTIONS:
             return True
     return words.count("case") > words.count("else")
+
+
+def _coalesced_to_a_number(tokens: list[Token], words: list[str]) -> bool:
+    """Whether the whole expression is coalesce(..., n) with n a number literal."""
+    if words[:2] != ["coalesce", "("] or words[-1] != ")" or tokens[-2].kind != "number":
+        return False
+    depth = 0
+    for i, word in enumerate(words[1:], start=1):
+        depth += (word == "(") - (word == ")")
+        if depth == 0:  # the parenthesis opened after coalesce closes here
+            return i == len(words) - 1 and (words[i - 2] == "," or (
+                words[i - 2] in ("-", "+") and words[i - 3] == ","))
+    return False
 
 
 def count_key(fn: FrameFunction) -> tuple[str | None, float]:
@@ -389,8 +404,7 @@ def _select(con, exprs: list[FrameExpr], source: str, params: list) -> list[np.n
     cols = ", ".join(f"{_as_double(e)} AS v{i}" for i, e in enumerate(exprs))
     values = con.execute(f"SELECT {cols} FROM (SELECT {source}) ORDER BY __pos",
                          params).fetchnumpy()
-    return [_finite(e, np.asarray(values[f"v{i}"], dtype=np.float64))
-            for i, e in enumerate(exprs)]
+    return [_finite(e, values[f"v{i}"]) for i, e in enumerate(exprs)]
 
 
 def _as_double(expr: FrameExpr) -> str:
@@ -400,10 +414,11 @@ def _as_double(expr: FrameExpr) -> str:
             f"CASE WHEN typeof(({expr.sql})) = 'BOOLEAN' THEN 0 END)")
 
 
-def _finite(expr: FrameExpr, values: np.ndarray) -> np.ndarray:
-    """`values` of a frame statistic, or a QueryError where one is NULL, NaN or infinite:
-    counted as 0 before, such a frame moved AVG (the planner leaves NULLs out, as SQL
-    does, for a statistic `may_be_null` flags)."""
+def _finite(expr: FrameExpr, values) -> np.ndarray:
+    """`values` (as DuckDB fetched them: NULLs masked) of a frame statistic as float64, or a
+    QueryError where one is NULL, NaN or infinite: counted as 0 before, such a frame moved
+    AVG (the planner leaves NULLs out, as SQL does, for a statistic `may_be_null` flags)."""
+    values = np.ma.filled(np.ma.asarray(values, dtype=np.float64), np.nan)
     if not np.isfinite(values).all():
         raise QueryError(f"frame statistic {expr.text!r} has no finite value on some frames "
                          "(NULL, NaN or infinite: a division by zero, say); write it so "

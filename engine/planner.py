@@ -521,6 +521,11 @@ def _run_budget(b: Binding, q: Query, seed: int, report: Report, stat, pred, con
     agg = q.aggregate
     budget = q.clauses.budget
     group = _group_expr(q) if q.group_by else None
+    if group is not None and may_be_null(group):
+        raise QueryError(f"GROUP BY {q.group_by} may be NULL on some frames, and a group key "
+                         "of frame functions needs a value on every frame", q.text,
+                         max(q.text.rfind(q.group_by), 0),
+                         hint=f"give those frames a group: GROUP BY coalesce({q.group_by}, -1)")
     proxy = _budget_proxy(b, stat, pred, report, group)
     notes = []
     report.guarantee = (f"{agg.func.upper()} with ≤ {budget} oracle calls, {conf:.0%} "

@@ -3,6 +3,7 @@ values of evaluating each statistic on the labels themselves, and labels in whol
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 import vidql
 from vidql.engine.labelcache import MIN_AHEAD
@@ -351,3 +352,29 @@ def test_detection_rows_in_frames_any_order():
         where = {int(f): i for i, f in enumerate(asked)}
         expected = [where.get(int(f), -1) for f in det_frames]
         assert det.rows_in(asked).tolist() == expected, trial
+
+
+@pytest.mark.parametrize("text, nullable", [
+    ("objects('car')", False), ("objects('car') * 2 + contains('bus')::INT", False),
+    ("CASE WHEN objects('car') > 3 THEN 1 ELSE 0 END", False), ("abs(objects('car') - 3)", False),
+    ("coalesce(CASE WHEN objects('car') > 3 THEN 1 END, -1)", False),
+    ("CASE WHEN objects('car') > 3 THEN 1 END", True), ("sqrt(objects('car'))", True),
+    ("objects('car') / NULLIF(objects('person'), 0)", True),
+    ("CASE WHEN objects('car') > 3 THEN NULL ELSE 1 END", True),
+])
+def test_may_be_null_reads_the_text(text, nullable):
+    from vidql.engine.framestat import may_be_null, parse_frame_expr
+
+    assert may_be_null(parse_frame_expr(text)) is nullable
+
+
+def test_a_null_statistic_is_not_a_zero():
+    """DuckDB hands NULLs back masked, and the mask was dropped: a NULL became 0. A NULL
+    predicate is false; a NULL statistic is an error (the planner leaves such frames out)."""
+    from vidql.engine import framestat
+
+    stats = framestat.FrameStatistics(["CASE WHEN objects('car') > 3 THEN true END"])
+    np.testing.assert_array_equal(stats(np.arange(3), np.array([[1], [5], [0]]))[0], [0, 1, 0])
+    with pytest.raises(vidql.QueryError, match="no finite value"):
+        framestat.FrameStatistics(["CASE WHEN objects('car') > 3 THEN 1 END"])(
+            np.arange(3), np.array([[1], [5], [0]]))

@@ -145,3 +145,13 @@ def test_frame_function_groups_are_typed_and_stratified_by_their_proxy(db, small
     counts = db.sql("SELECT objects('person') AS people, AVG(objects('car')) FROM v "
                     "GROUP BY people ORACLE BUDGET 100 SEED 2").df()
     assert all(type(key) is int for key in counts["people"].tolist())
+
+
+def test_a_frame_function_group_key_that_may_be_null_is_refused(db):
+    with pytest.raises(QueryError, match="may be NULL") as caught:
+        db.sql("SELECT CASE WHEN objects('car') > 3 THEN 1 END AS g, COUNT(*) FROM v "
+               "GROUP BY g ORACLE BUDGET 100")
+    assert "GROUP BY coalesce(" in caught.value.hint
+    df = db.sql("SELECT coalesce(CASE WHEN objects('car') > 3 THEN 1 END, -1) AS g, COUNT(*) "
+                "FROM v GROUP BY g ORACLE BUDGET 100 SEED 1").df()
+    assert sorted(df["g"].tolist()) == [-1, 1]
