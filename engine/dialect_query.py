@@ -125,16 +125,30 @@ def _reads(q: QueryShape, video: str) -> int:
 def _approximate(q: QueryShape, kind: str) -> dict:
     table = q.select["from_table"]
     predicate, restriction = q.split_where()
-    fields = dict(_restriction_fields(q, restriction, table), video=table["table_name"])
+    fields = dict(_restriction_fields(q, restriction, table), video=table["table_name"],
+                  video_alias=table.get("alias") or None)
     if predicate:
         for part in predicate:  # one by one, so that errors point at the right place
             start, end = q.span(part)
             parse_frame_expr(q.text[start:end], start, q.text)
+            _check_unqualified(q, part, table)
         fields["predicate"] = _joined(q, predicate)
         fields["predicate_expr"] = parse_frame_expr(fields["predicate"])
     if kind in ("aggregate", "aggregate_budget"):
         fields.update(_aggregate_fields(q))
     return fields
+
+
+def _check_unqualified(q: QueryShape, part, table: dict) -> None:
+    """A condition with frame functions is evaluated on each frame's values, where the
+    video's columns have no table name: `t.frame` there is an error that says so."""
+    for node in children(part):
+        names = node.get("column_names", []) if node.get("class") == "COLUMN_REF" else []
+        if len(names) == 2 and names[0].lower() in {table["table_name"].lower(),
+                                                      (table.get("alias") or "").lower()}:
+            q.fail(f"write {names[1]}, not {q.text_of(node)}, in a condition with frame "
+                   "functions", q.pos(node), "such a condition reads each frame's own "
+                   "columns, which take no table name")
 
 
 def _restriction_fields(q: QueryShape, restriction, table: dict) -> dict:

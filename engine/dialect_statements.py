@@ -201,6 +201,7 @@ class Query:
     text: str = ""                      # the statement as written (EXPLAIN included)
     tables: tuple[str, ...] = ()        # tables read (BASE_TABLEs; 'night.objects' qualified)
     video: str | None = None            # the single table of FROM (the video table)
+    video_alias: str | None = None      # its alias in FROM (`FROM night n`), if any
     columns: tuple[OutputColumn, ...] = ()
     aggregate: Aggregate | None = None
     predicate: str | None = None

@@ -80,8 +80,9 @@ class Binding:
         in global-position order: column `position`, and `k`, the value of the expression
         `key` over the video table's columns, when given."""
         q = self.q
+        alias = f" AS {quote_name(q.video_alias)}" if q.video_alias else ""
         kept = (f"SELECT {f'({key}) AS k, ' if key else ''}clip, frame "
-                f"FROM main.{quote_name(self.video)}")
+                f"FROM main.{quote_name(self.video)}{alias}")
         if q.restriction:
             kept += f" WHERE {q.restriction}"
         return (f"SELECT {'v.k, ' if key else ''}c.first_frame + v.frame AS position FROM "

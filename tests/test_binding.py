@@ -63,3 +63,21 @@ def test_a_query_under_another_oracle_says_why_the_index_does_not_serve_it(traff
             with pytest.raises(QueryError, match="needs an index") as err:
                 db.sql(query)
             assert err.value.hint == note
+
+
+def test_a_video_table_alias_serves_the_restriction_and_group_key(traffic_con):
+    """`FROM v AS t ... WHERE t.ts < 4` keeps the same frames as `WHERE ts < 4` (the
+    restriction ran over the table without its alias: 'table t not found'); in a condition
+    with frame functions a qualified column is refused with the fix."""
+    db = traffic_con
+    plain = db.sql("SELECT AVG(objects('car')) FROM v WHERE ts < 4 AND frame % 2 = 1 "
+                   "ERROR WITHIN 0.5 SEED 1").fetchall()
+    aliased = db.sql("SELECT AVG(objects('car')) FROM v AS t WHERE t.ts < 4 AND t.frame % 2 = 1 "
+                     "ERROR WITHIN 0.5 SEED 1").fetchall()
+    assert aliased[0][:4] == plain[0][:4] and aliased[0][5] == plain[0][5] <= 60
+    groups = db.sql("SELECT t.frame // 150 AS g, AVG(objects('car')) FROM v t GROUP BY g "
+                    "ERROR WITHIN 1 SEED 1").df()
+    assert groups["g"].tolist() == [0, 1]
+    with pytest.raises(QueryError, match="write frame, not t.frame"):
+        db.sql("SELECT AVG(objects('car')) FROM v t WHERE contains('bus') OR t.frame < 9 "
+               "ERROR WITHIN 0.5")
