@@ -542,6 +542,8 @@ def _run_budget(b: Binding, q: Query, seed: int, report: Report, stat, pred, con
         frame = pd.concat([_aggregate_frame(r, 1.0, conf, g, group_column(q))
                            for g, r in ordered], ignore_index=True)
         notes += [f"group {g}: {r.details['note']}" for g, r in ordered if "note" in r.details]
+        notes.append("the groups are the key values found in the sampled frames: a value "
+                     "on no sampled frame has no row")
     else:
         result = queries.aggregate_budget(proxy, _pair(b, stat, pred), **common)
         report.operator = f"aggregate under budget ({result.method})"

@@ -106,6 +106,7 @@ def test_frame_function_groups_keep_their_paths(db):
     df = db.sql("SELECT objects('car') >= 3 AS busy, AVG(objects('car')) FROM v GROUP BY busy "
                 "ORACLE BUDGET 100 SEED 1").df()
     assert list(df.columns) == ["busy", *COLUMNS] and len(df) == 2
+    assert "a value on no sampled frame has no row" in db.last_report.details["note"]
     with pytest.raises(QueryError, match="GROUP BY over frame functions with ERROR WITHIN"):
         db.sql("SELECT objects('car') >= 3 AS busy, AVG(objects('car')) FROM v GROUP BY busy "
                "ERROR WITHIN 1")
