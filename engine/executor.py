@@ -159,6 +159,12 @@ def _drop_index(db, stmt: DropIndex) -> Result | None:
     if stmt.name.lower() in map(str.lower, db.indexes.names()):
         db.indexes.drop(stmt.name)
         return _message(db, f"dropped index {stmt.name}")
+    duckdb_index = db.catalog.con.execute(
+        "SELECT count(*) FROM duckdb_indexes() WHERE lower(index_name) = lower(?)",
+        [stmt.name]).fetchall()[0][0]
+    if not (duckdb_index or stmt.if_exists):
+        raise CatalogError(f"unknown index {stmt.name!r}; indexes: "
+                           f"{', '.join(db.indexes.names()) or 'none'}")
     return _plain(db, f"DROP INDEX {'IF EXISTS ' if stmt.if_exists else ''}{stmt.name}")
 
 

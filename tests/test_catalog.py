@@ -119,3 +119,16 @@ def test_drop_indexed_video_then_reopen(traffic_db, small_traffic):
         assert db.con.execute("SELECT count(*) FROM vidql.labelled").fetchall()[0][0] == 0
         db.sql(f"LOAD VIDEO '{video}' AS t; SET ORACLE t = truth")
         assert db.sql("SELECT count(*) FROM t WHERE objects('car') >= 0").fetchall()[0][0] == 300
+
+
+def test_drop_index_names_vidql_and_duckdb_indexes(traffic_con):
+    """DROP INDEX of a name no index has is a CatalogError listing vidql's indexes (it was
+    DuckDB's 'Index with name ... does not exist'); DuckDB's own indexes and IF EXISTS still
+    go to DuckDB."""
+    db = traffic_con
+    with pytest.raises(vidql.CatalogError, match="unknown index 'nope'; indexes: none"):
+        db.sql("DROP INDEX nope")
+    db.sql("DROP INDEX IF EXISTS nope")
+    db.sql("CREATE TABLE t (a INT); CREATE INDEX t_a ON t (a)")
+    db.sql("DROP INDEX t_a")
+    assert db.sql("SELECT count(*) FROM duckdb_indexes()").fetchone() == (0,)
