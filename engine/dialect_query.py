@@ -142,21 +142,25 @@ def _approximate(q: QueryShape, kind: str) -> dict:
 def _check_unqualified(q: QueryShape, part, table: dict) -> None:
     """A condition with frame functions is evaluated on each frame's values, where the
     video's columns have no table name: `t.frame` there is an error that says so."""
+    qualifiers = _qualifiers(table)
     for node in children(part):
         names = node.get("column_names", []) if node.get("class") == "COLUMN_REF" else []
-        if len(names) == 2 and names[0].lower() in {table["table_name"].lower(),
-                                                      (table.get("alias") or "").lower()}:
+        if len(names) == 2 and names[0].lower() in qualifiers:
             q.fail(f"write {names[1]}, not {q.text_of(node)}, in a condition with frame "
                    "functions", q.pos(node), "such a condition reads each frame's own "
                    "columns, which take no table name")
 
 
+def _qualifiers(table: dict) -> set[str]:
+    """The names that qualify the FROM table's columns (`night.frame`, `n.frame`), lower case."""
+    return {table["table_name"].lower()} | ({table["alias"].lower()} if table.get("alias")
+                                            else set())
+
+
 def _restriction_fields(q: QueryShape, restriction, table: dict) -> dict:
-    qualifiers = {table["table_name"].lower()} | ({table["alias"].lower()}
-                                                  if table.get("alias") else set())
     bounds = {"frame": [], "ts": []}
     for part in restriction:
-        for column, op, value in _simple_bounds(part, qualifiers):
+        for column, op, value in _simple_bounds(part, _qualifiers(table)):
             bounds[column].append((op, value))
     return dict(restriction=_joined(q, restriction), frame_range=_frame_range(bounds["frame"]),
                 ts_range=_ts_range(bounds["ts"]))

@@ -10,7 +10,7 @@ from .dialect import Query
 from .exact import bind_query, functions_known, label_reads
 from .framestat import FrameExpr, frame_statistic, is_predicate
 from .oracle_api import never_gives, unknown_label_notes
-from .planner import (OPERATORS, Binding, column_groups, count_star, error_bound,
+from .planner import (OPERATORS, Binding, cap_ran_out, column_groups, count_star, error_bound,
                       group_codes, grouped_error_bound, predicate_expr, query_confidence)
 from .result import Report, Result
 
@@ -103,7 +103,7 @@ def _estimate_approximate(b: Binding, q: Query, report: Report) -> int:
     if q.kind in ("select_recall", "select_precision"):  # frames already labelled are free
         calls = _estimate_selection(b.proxy(predicate_expr(q)), q, report)
         return round(min(calls, b.n) * (1.0 - StandIn.cached_share(b)))
-    if q.aggregate is not None and count_star(q) and (not q.group_by or column_groups(q)):
+    if q.aggregate is not None and count_star(q):
         report.details["estimate"] = "COUNT(*) of the video table needs no oracle"
         return 0
     if q.kind in ("aggregate_budget", "rare"):
@@ -141,7 +141,7 @@ def _estimate_approximate(b: Binding, q: Query, report: Report) -> int:
                                       group_codes(b, q)[0], truths=stand_in).results
     else:
         results = [error_bound(b, q, seed, Report(operator="estimate"), truths=stand_in)]
-    if any(not r.details["met"] and not r.exact for r in results):
+    if any(cap_ran_out(r) for r in results):
         report.details["estimate"] += (f"; the dry run spent the ORACLE BUDGET of {c.budget} "
                                        "before the interval was within the error asked: "
                                        "expect a wider interval")

@@ -240,11 +240,15 @@ def evaluate(expr: FrameExpr | str, detections: pd.DataFrame, frames) -> np.ndar
 
 def is_predicate(expr: FrameExpr | str) -> bool:
     """Whether a frame expression is a truth value (so its values lie in [0, 1])."""
-    if isinstance(expr, str):
-        expr = parse_frame_expr(expr)
-    cols = ", ".join(f"{'0' if fn.kind == 'objects' else 'false'} AS {fn.column}"
+    return expr_type(parse_frame_expr(expr) if isinstance(expr, str) else expr) == "BOOLEAN"
+
+
+def expr_type(expr: FrameExpr) -> str | None:
+    """The DuckDB type of a frame expression's values (its `objects` calls BIGINT counts,
+    its `contains` calls BOOLEAN), None where DuckDB refuses it."""
+    cols = ", ".join(f"{'0::BIGINT' if fn.kind == 'objects' else 'false'} AS {fn.column}"
                      for fn in expr.functions) or "0 AS __none"
-    return sql_type(f"SELECT ({expr.sql}) AS v FROM (SELECT {cols})") == "BOOLEAN"
+    return sql_type(f"SELECT ({expr.sql}) AS v FROM (SELECT {cols})")
 
 
 @lru_cache(maxsize=256)

@@ -13,8 +13,8 @@ from .catalog import quote_name
 from .dialect import Query
 from vidql.errors import CatalogError, QueryError
 from .exact import bind_query
-from .framestat import (FrameExpr, frame_statistic, is_predicate, may_be_null,
-                        parse_frame_expr, sql_type)
+from .framestat import (FrameExpr, expr_type, frame_statistic, is_predicate, may_be_null,
+                        parse_frame_expr)
 from .labelcache import LabelCache
 from .oracle_api import never_gives, unknown_label_note
 from .result import Report, Result
@@ -297,11 +297,12 @@ def _error_bound_targets(q: Query):
 
 
 def count_star(q: Query) -> bool:
-    """COUNT(*) (or COUNT(x) of an x never NULL) without a frame predicate: the size of the
-    video table, no oracle needed."""
+    """COUNT(*) (or COUNT(x) of an x never NULL) without a frame predicate or frame-function
+    GROUP BY: the size of the video table (or of each group), no oracle needed."""
     agg = q.aggregate
     return (agg.func == "count" and predicate_expr(q) is None
-            and (agg.expr is None or not may_be_null(agg.expr)))
+            and (agg.expr is None or not may_be_null(agg.expr))
+            and (not q.group_by or column_groups(q)))
 
 
 def error_bound(b: Binding, q: Query, seed: int, report: Report, truths=None):
@@ -392,10 +393,10 @@ def _run_column_groups(b: Binding, q: Query, seed: int, report: Report) -> pd.Da
         scales = sizes if agg.func != "avg" else np.ones(len(keys))
         report.operator = f"aggregate per group ({grouped.results[0].method})"
         report.guarantee = f"{agg.func.upper()} within {_error_text(q)} in every group"
-        shortfalls = {k: _shortfall(r, f"ORACLE BUDGET's share of {cap}", _error_text(q))
-                      for k, r, cap in zip(keys, grouped.results, grouped.budgets, strict=True)}
-        notes = [f"group {k}: {text}" for k, text in shortfalls.items() if text]
-        if any(not r.details["met"] and not r.exact for r in grouped.results):
+        shortfalls = [(k, _shortfall(r, f"ORACLE BUDGET's share of {cap}", _error_text(q)))
+                      for k, r, cap in zip(keys, grouped.results, grouped.budgets, strict=True)]
+        notes = [f"group {k}: {text}" for k, text in shortfalls if text]
+        if any(cap_ran_out(r) for r in grouped.results):
             report.guarantee += " (not reached in every group: the cap ran out)"
     else:
         stat, pred, _ = _error_bound_targets(q)
@@ -438,7 +439,7 @@ def _run_aggregate(b: Binding, q: Query, seed: int, report: Report) -> pd.DataFr
     stat, pred, _ = _error_bound_targets(q)
     if column_groups(q):
         return _run_column_groups(b, q, seed, report)
-    if count_star(q) and not q.group_by:
+    if count_star(q):
         report.operator, report.seed = "COUNT(*) of the frames (no oracle call)", None
         report.guarantee = "exact (COUNT(*) of the video table)"
         return pd.DataFrame({"estimate": [float(b.n)], "ci_low": [float(b.n)],
@@ -457,7 +458,7 @@ def _run_aggregate(b: Binding, q: Query, seed: int, report: Report) -> pd.DataFr
     else:  # the bound holds for the per-frame mean; the total scales it by the frame count
         bound = f"±{c.error:g} per frame, ±{c.error * b.n:g} in total (absolute error)"
     report.guarantee = f"{agg.func.upper()} within {bound} at {conf:.0%} confidence"
-    if not result.details["met"] and not result.exact:
+    if cap_ran_out(result):
         report.guarantee = (f"{agg.func.upper()} with ≤ {c.budget} oracle calls, {conf:.0%} "
                             f"finite-sample interval (within {bound}: not reached)")
     _add_notes(report, [text for text in [_shortfall(result, f"ORACLE BUDGET of {c.budget}",
@@ -465,6 +466,11 @@ def _run_aggregate(b: Binding, q: Query, seed: int, report: Report) -> pd.DataFr
     # an estimate or edge the sample cannot support is NULL, never NaN
     return _aggregate_frame(result, scale, conf).astype(
         {"estimate": "Float64", "ci_low": "Float64", "ci_high": "Float64"})
+
+
+def cap_ran_out(result) -> bool:
+    """Whether an ERROR WITHIN result stopped at its oracle-call cap short of its bound."""
+    return not result.details["met"] and not result.exact
 
 
 def _shortfall(result, cap: str, bound: str) -> str | None:
@@ -537,7 +543,8 @@ def _run_budget(b: Binding, q: Query, seed: int, report: Report, stat, pred, con
         results = queries.aggregate_budget_grouped(proxy, _pair(b, stat, pred, group), **common)
         report.operator = "aggregate under budget, grouped (ABae)"
         report.guarantee += f", all {len(results)} groups at once"
-        key = bool if is_predicate(group) else int if _integer(group) else float
+        kind = expr_type(group)
+        key = bool if kind == "BOOLEAN" else int if kind in INTEGER_TYPES else float
         ordered = sorted((key(g), r) for g, r in results.items())
         frame = pd.concat([_aggregate_frame(r, 1.0, conf, g, group_column(q))
                            for g, r in ordered], ignore_index=True)
@@ -572,12 +579,7 @@ def _budget_proxy(b: Binding, stat, pred, report: Report, group=None) -> np.ndar
     return proxy
 
 
-def _integer(expr: FrameExpr) -> bool:
-    """Whether a frame statistic's values are whole numbers (its SQL type is an integer)."""
-    cols = ", ".join(f"{'0::BIGINT' if fn.kind == 'objects' else 'false'} AS {fn.column}"
-                     for fn in expr.functions)
-    kind = sql_type(f"SELECT ({expr.sql}) AS v FROM (SELECT {cols})")
-    return kind in ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT")
+INTEGER_TYPES = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT")
 
 
 def run_recall(proxy, is_true, c, conf: float, seed: int):

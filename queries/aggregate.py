@@ -98,11 +98,12 @@ def _check_inside(values: np.ndarray, value_range) -> None:
 
 
 def _bets(d: np.ndarray, width: float, error: float, relative: bool,
-          scale: np.ndarray | None = None, cap: tuple[int, float] | None = None) -> np.ndarray:
+          scale: np.ndarray | None = None, cap: int | None = None,
+          delta: float | None = None) -> np.ndarray:
     """Predictable bets aimed at resolving the answer to within the error asked (an error
     wider than the value range resolves nothing more, so the aim is capped there). Under a
-    cap of `cap` = (draws, delta), never aimed finer than those draws can resolve: the
-    plug-in sqrt(2 log(2/delta) var / draws). Bets aimed at an error far below it had almost
+    cap of `cap` draws, never aimed finer than those draws can resolve at level `delta`: the
+    plug-in sqrt(2 log(2/delta) var / cap). Bets aimed at an error far below it had almost
     no power: ERROR WITHIN 0.01 with 100 draws gave an interval ten times as wide as
     ERROR WITHIN 0.5 with the same 100."""
     var = np.maximum(predictable_variance(d, (width / 2.0) ** 2), 1e-12)
@@ -115,8 +116,7 @@ def _bets(d: np.ndarray, width: float, error: float, relative: bool,
     if scale is not None:
         target = target * scale
     if cap is not None:
-        draws, delta = cap
-        target = np.maximum(target, np.sqrt(2.0 * math.log(2.0 / delta) * var / draws))
+        target = np.maximum(target, np.sqrt(2.0 * math.log(2.0 / delta) * var / cap))
     return target / var
 
 
@@ -166,8 +166,7 @@ def _betting_mean(y: np.ndarray, n: int, y_range, seen_proxy, proxy_stats, estim
     there will be, when fewer than n."""
     error, relative = asked
     increments, d, feasible = mean_increments(y, n, y_range, seen_proxy, proxy_stats)
-    bets = _bets(d, y_range[1] - y_range[0], error, relative,
-                 cap=None if cap is None else (cap, delta))
+    bets = _bets(d, y_range[1] - y_range[0], error, relative, cap=cap, delta=delta)
     low, high = max(y_range[0], feasible[0]), min(y_range[1], feasible[1])
     return betting_interval(increments, bets, low, high, delta,
                             _tolerance(error, relative, estimate, low, high))
@@ -188,7 +187,7 @@ def _betting_ratio(data: np.ndarray, n: int, x_range, estimate: float,
     width = x_range[1] - x_range[0]
     # an error e on the ratio moves mean(pred*(stat - m)) by e * P(pred)
     scale = rate_prev * (np.maximum(np.abs(ratio_prev), 1e-12) if relative else 1.0)
-    bets = _bets(d, width, error, False, scale, cap=None if cap is None else (cap, delta))
+    bets = _bets(d, width, error, False, scale, cap=cap, delta=delta)
     return betting_interval(ratio_increments(a, b, n, x_range), bets, *x_range,
                             delta, _tolerance(error, relative, estimate, *x_range))
 
@@ -219,6 +218,7 @@ def aggregate_error_bound(n: int, true_values: Callable[[np.ndarray], np.ndarray
         proxy_stats = (float(proxy.mean()), float(proxy.min()), float(proxy.max()))
     delta = 1.0 - confidence
     sampler = _Sampler(n, true_values, rng, batch, limit)
+    cap = limit if limit < n else None
     moments = RunningMoments(1 if proxy is None else 2)
     values: list[np.ndarray] = []
     seen_low, seen_high = math.inf, -math.inf
@@ -252,8 +252,7 @@ def aggregate_error_bound(n: int, true_values: Callable[[np.ndarray], np.ndarray
         else:
             seen_proxy = None if proxy is None else proxy[sampler.order[:t]]
             low, high = _betting_mean(np.concatenate(values), n, y_range, seen_proxy,
-                                      proxy_stats, estimate, (error, relative), delta,
-                                      limit if limit < n else None)
+                                      proxy_stats, estimate, (error, relative), delta, cap)
         estimate = float(min(max(estimate, low), high))
         details.update(checks=j, c=float(c))
         if _stop(estimate, low, high, error, relative) and (
@@ -315,6 +314,7 @@ def aggregate_ratio_error_bound(n: int, true_values: Callable, *, error: float,
         n, error, relative, confidence, batch, max_samples, seed, value_range, bound)
     delta = 1.0 - confidence
     sampler = _Sampler(n, true_values, rng, batch, limit)
+    cap = limit if limit < n else None
     moments = RunningMoments(2)
     columns: list[np.ndarray] = []
     seen_low, seen_high = math.inf, -math.inf
@@ -347,7 +347,7 @@ def aggregate_ratio_error_bound(n: int, true_values: Callable, *, error: float,
                                          epoch_delta(j, delta, p))
         else:
             low, high = _betting_ratio(np.concatenate(columns), n, x_range, estimate,
-                                       (error, relative), delta, limit if limit < n else None)
+                                       (error, relative), delta, cap)
         estimate = float(min(max(estimate, low), high))
         # without a value range, the range of stat is read off the predicate frames seen
         if _stop(estimate, low, high, error, relative) and (
