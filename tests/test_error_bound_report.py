@@ -47,7 +47,7 @@ def test_a_predicate_no_frame_satisfies_gives_null_and_says_why(db):
     assert result.fetchone()[:3] == (None, None, None)
     assert db.sql("SELECT AVG(objects('car')) FROM v WHERE objects('car') > 1000"
                   ).fetchone() == (None,)
-    report = db.last_report  # of the approximate query, before the exact one ran
+    report = db.last_report  # the exact query's, which ran last
     assert "no frame satisfies the predicate" in result.report.details["note"]
     assert "not reached" not in result.report.guarantee
     assert report.operator == "exact"

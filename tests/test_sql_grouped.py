@@ -122,7 +122,7 @@ def test_bad_group_key_and_small_budget_are_refused(db):
 
 def test_count_star_under_a_budget_is_exact(db):
     """COUNT(*) without a frame predicate needs no oracle under ORACLE BUDGET as under ERROR
-    WITHIN (it was sampled: 300 with an interval [225, 300] and the budget spent)."""
+    WITHIN (it was sampled, with an interval around the frame count, and spent the budget)."""
     for sql, sizes in (("SELECT COUNT(*) FROM v WHERE frame < 200", [200.0]),
                        ("SELECT frame // 100 AS part, COUNT(*) FROM v GROUP BY part",
                         [100.0] * 3)):
