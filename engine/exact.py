@@ -11,6 +11,7 @@ import numpy as np
 
 from .catalog import Catalog, quote_name
 from .clips import ClipMap
+from .dialect_statements import Query
 from vidql.errors import QueryError
 from .framestat import FrameExpr, frame_table_sql, parse_frame_expr
 from .labelcache import LabelCache, LabelStats
@@ -18,14 +19,41 @@ from .oracle_api import never_gives
 from .result import Result
 
 
-def needed_frames(clip_map: ClipMap, frame_range: tuple[int | None, int | None] | None) -> np.ndarray:
-    """Global positions of the frames [lo, hi) of every clip that a query restricted to
-    `frame_range` reads."""
-    lo, hi = frame_range or (None, None)
-    lo = 0 if lo is None else max(0, int(lo))
-    parts = [first + np.arange(lo, max(lo, count if hi is None else min(count, int(hi))))
-             for first, count in zip(clip_map.first, clip_map.counts, strict=True)]
-    return np.concatenate(parts).astype(np.int64) if parts else np.empty(0, dtype=np.int64)
+def label_bounds(q: Query, videos: list[str]) -> dict[str, tuple]:
+    """{video: (frame_range, ts_range)} for the one video table an exact query `q` reads
+    once, in its FROM, when its WHERE bounds `frame` or `ts` (dialect_query `_exact_where`):
+    the bounds limit the frames it needs labelled. Another read of that video (a subquery,
+    its `objects`) needs every frame, and then `q` has no bounds."""
+    if q.frame_range is None and q.ts_range is None:
+        return {}
+    single = q.video or (q.tables[0] if len(q.tables) == 1 else None)  # `night` or `night.objects`
+    names = {v.lower(): v for v in videos}
+    video = names.get(single.split(".")[0].lower()) if single is not None else None
+    return {} if video is None else {video: (q.frame_range, q.ts_range)}
+
+
+def needed_frames(con: duckdb.DuckDBPyConnection, video: str, clip_map: ClipMap,
+                  bounds: tuple | None) -> np.ndarray:
+    """Global positions, ascending, of the frames of `video` that an exact query bounded by
+    `bounds` = (frame_range, ts_range) reads: `frame` within the inclusive frame_range in
+    each clip and `ts` within the closed ts_range (either None, or None at one end, for
+    unbounded). None: every frame."""
+    frame_range, ts_range = bounds or (None, None)
+    lo, hi = frame_range or (0, None)
+    if ts_range is None:
+        parts = [first + np.arange(lo, max(lo, count if hi is None else min(count, hi + 1)))
+                 for first, count in zip(clip_map.first, clip_map.counts, strict=True)]
+        return np.concatenate(parts).astype(np.int64) if parts else np.empty(0, dtype=np.int64)
+    conditions, params = ["v.frame >= ?"], [video, lo]
+    for column, op, value in (("frame", "<=", hi), ("ts", ">=", ts_range[0]),
+                              ("ts", "<=", ts_range[1])):
+        if value is not None:
+            conditions.append(f"v.{column} {op} ?")
+            params.append(value)
+    got = con.execute(f"SELECT c.first_frame + v.frame AS position FROM main.{quote_name(video)} v "
+                      "JOIN vidql.clips c ON c.video = ? AND c.clip = v.clip "
+                      f"WHERE {' AND '.join(conditions)} ORDER BY position", params).fetchnumpy()
+    return np.asarray(got["position"], dtype=np.int64)
 
 
 def label_reads(videos: list[str], tables: list[str], uses_functions: bool
@@ -53,11 +81,11 @@ def functions_known(cache: LabelCache, functions, reads_objects: bool) -> bool:
 
 
 def run_exact(catalog: Catalog, sql: str, videos: list[str],
-              frame_ranges: dict[str, tuple] | None = None, oracle: str | None = None,
+              bounds: dict[str, tuple] | None = None, oracle: str | None = None,
               objects: tuple[str, ...] = ()) -> tuple[Result | None, LabelStats]:
     """Run `sql` exactly. `videos` are the video tables it reads (`night` or `night.objects`),
-    `objects` those it reads as `night.objects`; `frame_ranges` optionally limits the frames
-    labelled per video. Frame functions only of labels the oracle never gives are known (0)
+    `objects` those it reads as `night.objects`; `bounds` (`label_bounds`) optionally limits
+    the frames labelled per video. Frame functions only of labels the oracle never gives are known (0)
     without labelling. Returns the result (materialised, so it stays valid) and what
     labelling cost."""
     expr = bind_query(catalog, sql, videos, oracle)
@@ -68,7 +96,8 @@ def run_exact(catalog: Catalog, sql: str, videos: list[str],
             cache = catalog.label_cache(video, oracle)
             before = cache.stats.snapshot()
             known = functions_known(cache, expr.functions, video in objects)
-            frames = needed_frames(cache.clip_map, (frame_ranges or {}).get(video))
+            frames = needed_frames(catalog.con, video, cache.clip_map,
+                                   (bounds or {}).get(video))
             if not known:
                 cache.ensure(frames, desc=f"exact query: labelling {video}")
             delta = cache.stats.since(before)

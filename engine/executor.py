@@ -13,7 +13,7 @@ from .dialect import (AlterVideoPath, AlterVideoStart, CreateIndex, CreateOracle
                       parse_script)
 from .dialect_lex import tokenize
 from vidql.errors import CatalogError, ParameterError, QueryError
-from .exact import label_reads, run_exact
+from .exact import label_bounds, label_reads, run_exact
 from .framestat import parse_frame_expr
 from .oracle_api import unknown_label_notes
 from .result import Report, Result
@@ -232,14 +232,9 @@ def _exact(db, q: Query):
         if video is not None:
             db.catalog.ensure_video_relations(video)
     read, objects = label_reads(videos, q.tables, uses_functions)
-    ranges = {}
-    single = q.video or (q.tables[0] if len(q.tables) == 1 else None)  # `night` or `night.objects`
-    if single is not None and q.frame_range is not None and single.split(".")[0].lower() in lower:
-        lo, hi = q.frame_range
-        ranges[lower[single.split(".")[0].lower()]] = (lo, None if hi is None else hi + 1)
     t0 = time.perf_counter()
-    result, stats = run_exact(db.catalog, q.sql, read, ranges, oracle=q.clauses.oracle,
-                                objects=objects)
+    result, stats = run_exact(db.catalog, q.sql, read, label_bounds(q, videos),
+                              oracle=q.clauses.oracle, objects=objects)
     report = Report(operator="exact", video=", ".join(read) or None,
                     oracle=q.clauses.oracle, guarantee="exact")
     report.seconds["total"] = time.perf_counter() - t0

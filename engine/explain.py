@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 
 from .dialect import Query
-from .exact import bind_query, functions_known, label_reads
+from .exact import bind_query, functions_known, label_bounds, label_reads, needed_frames
 from .framestat import FrameExpr, frame_statistic, is_predicate
 from .oracle_api import never_gives, unknown_label_notes
 from .planner import (OPERATORS, Binding, cap_ran_out, column_groups, count_star, error_bound,
@@ -77,16 +77,14 @@ def _estimate_exact(db, q: Query, report: Report) -> int:
     videos = [names[t.split(".")[0].lower()] for t in q.tables if t.split(".")[0].lower() in names]
     functions = bind_query(db.catalog, q.sql, list(dict.fromkeys(videos)), q.clauses.oracle).functions
     read, objects = label_reads(list(names.values()), q.tables, bool(functions))
-    oracles = []
+    oracles, bounds = [], label_bounds(q, list(names.values()))
     for video in read:
         cache = db.catalog.label_cache(video, q.clauses.oracle)
         report.video, report.oracle = video, cache.oracle.name
         oracles.append(cache.oracle)
         if functions_known(cache, functions, video in objects):
             continue
-        lo, hi = q.frame_range or (0, None)
-        hi = cache.n_frames - 1 if hi is None else min(hi, cache.n_frames - 1)
-        wanted = np.arange(lo, hi + 1)
+        wanted = needed_frames(db.catalog.con, video, cache.clip_map, bounds.get(video))
         total += int((~np.isin(wanted, cache.labelled_frames)).sum())
     report.details["estimate"] = ("frames in range not yet in the label cache (none for frame "
                                   "functions only of labels the oracle never gives)")

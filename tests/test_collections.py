@@ -73,6 +73,17 @@ def test_exact_query_and_objects_are_per_clip(cams, clips):
     assert int(one["c"].iloc[0]) == int(_car_counts(truth, "cam1")[7])
 
 
+def test_a_frame_bound_labels_those_frames_of_every_clip(cams, clips):
+    """An exact query's `frame` bound holds in each clip: EXPLAIN estimates the frames the
+    query then labels (it estimated global positions, one clip's worth)."""
+    _, _, truth = clips
+    sql = "SELECT sum(objects('car')) AS cars FROM cams WHERE frame < 10"
+    assert cams.sql("EXPLAIN " + sql).df()["estimated_oracle_calls"][0] == 30
+    got = cams.sql(sql).df()["cars"][0]
+    assert cams.last_report.oracle_calls == 30
+    assert got == sum(int(_car_counts(truth, c)[:10].sum()) for c in ("cam0", "cam1", "cam2"))
+
+
 def test_labels_without_clip_column_refuse_a_collection(clips, tmp_path):
     folder, _, truth = clips
     flat = tmp_path / "flat.labels.parquet"

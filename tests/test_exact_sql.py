@@ -32,6 +32,21 @@ def test_frame_functions_match_the_oracle(db, counter_clip, oracle_module):
     assert db.last_report.oracle_calls == 0 and db.last_report.cache_hits == 40
 
 
+def test_a_ts_bound_limits_the_frames_labelled(db, counter_clip):
+    """`ts` bounds the frames an exact query labels as `frame` does (it used to label every
+    frame); a closed bound is used, so a strict one labels the frame at its edge too."""
+    sql = "SELECT frame, objects('car') AS cars FROM clip WHERE ts < 1 ORDER BY frame"
+    assert db.sql("EXPLAIN " + sql).df()["estimated_oracle_calls"][0] == 31  # 30 fps
+    df = db.sql(sql).df()
+    assert list(df["frame"]) == list(range(30))
+    assert np.array_equal(df["cars"].to_numpy(), _brightness_counts(counter_clip, np.arange(30)))
+    assert db.last_report.oracle_calls == 31  # frames 0..30: ts 0 to 1
+    both = ("SELECT count(*) FROM clip WHERE ts BETWEEN 2 AND 3 AND frame >= 70 "
+            "AND objects('car') >= 0")
+    assert db.sql("EXPLAIN " + both).df()["estimated_oracle_calls"][0] == 21
+    assert db.sql(both).df().iloc[0, 0] == 21 and db.last_report.oracle_calls == 21
+
+
 def test_objects_table_and_whole_video(db, counter_clip):
     n = db.sql("SELECT count(*) AS n FROM clip.objects").df()["n"][0]
     assert n == _brightness_counts(counter_clip, np.arange(120)).sum()
