@@ -45,6 +45,7 @@ from .dialect_statements import (DEFAULT_CONFIDENCE, INDEX_METHODS, QUERY_KINDS,
                                  AlterVideoPath, AlterVideoStart, DropOracle, RefreshIndex,
                                  ShowClips)
 from vidql.errors import QueryError
+from vidql.ranges import percent
 
 __all__ = [
     "parse", "parse_script", "describe", "Statement", "Query", "Clauses", "Aggregate",
@@ -149,7 +150,7 @@ def _describe_query(q: Query) -> str:
     if q.predicate:
         frames += f" where {q.predicate}"
     budget = f", at most {c.budget} oracle calls" if c.budget is not None else ""
-    conf = f" at {_pct(q.confidence)} confidence" if q.confidence is not None else ""
+    conf = f" at {percent(q.confidence)} confidence" if q.confidence is not None else ""
     if q.kind == "exact":
         text = "exact query: " + _short(q.sql)
         if q.frame_range or q.ts_range:
@@ -160,7 +161,7 @@ def _describe_query(q: Query) -> str:
         if q.group_by:
             target += f" per {q.group_by}"
         if q.kind == "aggregate":
-            bound = f"{_pct(c.error)} relative" if c.error_relative else f"{c.error:g} absolute"
+            bound = f"{percent(c.error)} relative" if c.error_relative else f"{c.error:g} absolute"
             text = f"estimate {target} within {bound} error{conf}{budget}"
         else:
             text = f"estimate {target}{budget}{conf}"
@@ -172,7 +173,7 @@ def _describe_query(q: Query) -> str:
     else:
         which, target = (("recall", c.recall_target) if q.kind == "select_recall"
                          else ("precision", c.precision_target))
-        text = f"select {frames} with {which} >= {_pct(target)}{conf}{budget}"
+        text = f"select {frames} with {which} >= {percent(target)}{conf}{budget}"
     extras = [f"oracle {c.oracle}" if c.oracle else "", f"index {c.index}" if c.index else "",
               f"seed {c.seed}" if c.seed is not None else ""]
     extras = [e for e in extras if e]
@@ -188,10 +189,6 @@ def _range_text(q: Query) -> str:
         lo, hi = q.ts_range
         parts.append(f"ts {'' if lo is None else f'{lo:g}'}..{'' if hi is None else f'{hi:g}'}")
     return ", ".join(parts)
-
-
-def _pct(x: float) -> str:
-    return f"{x * 100:g}%"
 
 
 def _options(options: dict) -> str:

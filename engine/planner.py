@@ -12,6 +12,7 @@ import pandas as pd
 from .catalog import quote_name
 from .dialect import Query
 from vidql.errors import CatalogError, QueryError
+from vidql.ranges import percent
 from .exact import bind_query
 from .framestat import (FrameExpr, expr_type, frame_statistic, is_predicate, may_be_null,
                         parse_frame_expr)
@@ -409,7 +410,7 @@ def _run_column_groups(b: Binding, q: Query, seed: int, report: Report) -> pd.Da
         report.operator = "aggregate under budget per group (ABae)"
         report.guarantee = f"{agg.func.upper()} with ≤ {q.clauses.budget} oracle calls in all"
     together = "its one group" if len(keys) == 1 else f"all {len(keys)} groups at once"
-    report.guarantee += (f", {conf:.0%} finite-sample intervals holding for {together} "
+    report.guarantee += (f", {percent(conf)} finite-sample intervals holding for {together} "
                          f"({grouped.split})")
     report.details["groups"] = {"count": len(keys), "confidence_each": grouped.group_confidence,
                                 "budgets": grouped.budgets}
@@ -427,7 +428,7 @@ def _error_text(q: Query) -> str:
     """The ERROR WITHIN bound in words; a total's bound per group scales with its frames."""
     c = q.clauses
     if c.error_relative:
-        return f"±{c.error * 100:g}% (relative error)"
+        return f"±{percent(c.error)} (relative error)"
     if q.aggregate.func == "avg":
         return f"±{c.error:g} (absolute error)"
     return f"±{c.error:g} per frame, ±{c.error:g}·N in total for a group of N frames"
@@ -452,14 +453,14 @@ def _run_aggregate(b: Binding, q: Query, seed: int, report: Report) -> pd.DataFr
     scale = 1.0 if agg.func == "avg" else float(b.n)
     report.operator = f"aggregate ({result.method})"
     if c.error_relative:
-        bound = f"±{c.error * 100:g}% (relative error)"
+        bound = f"±{percent(c.error)} (relative error)"
     elif agg.func == "avg":
         bound = f"±{c.error:g} (absolute error)"
     else:  # the bound holds for the per-frame mean; the total scales it by the frame count
         bound = f"±{c.error:g} per frame, ±{c.error * b.n:g} in total (absolute error)"
-    report.guarantee = f"{agg.func.upper()} within {bound} at {conf:.0%} confidence"
+    report.guarantee = f"{agg.func.upper()} within {bound} at {percent(conf)} confidence"
     if cap_ran_out(result):
-        report.guarantee = (f"{agg.func.upper()} with ≤ {c.budget} oracle calls, {conf:.0%} "
+        report.guarantee = (f"{agg.func.upper()} with ≤ {c.budget} oracle calls, {percent(conf)} "
                             f"finite-sample interval (within {bound}: not reached)")
     _add_notes(report, [text for text in [_shortfall(result, f"ORACLE BUDGET of {c.budget}",
                                                      bound)] if text])
@@ -485,7 +486,7 @@ def _shortfall(result, cap: str, bound: str) -> str | None:
         return (f"the {cap} oracle calls ran out with no sampled frame satisfying the "
                 "predicate: the estimate is NULL; raise the ORACLE BUDGET")
     return (f"the {cap} oracle calls ran out before the interval was within {bound}: it "
-            f"holds at {result.confidence:.0%} but is wider than asked")
+            f"holds at {percent(result.confidence)} but is wider than asked")
 
 
 def _value_range(expr: FrameExpr | None, report: Report) -> tuple[float, float] | None:
@@ -535,7 +536,7 @@ def _run_budget(b: Binding, q: Query, seed: int, report: Report, stat, pred, con
                          hint=f"give those frames a group: GROUP BY coalesce({q.group_by}, -1)")
     proxy = _budget_proxy(b, stat, pred, report, group)
     notes = []
-    report.guarantee = (f"{agg.func.upper()} with ≤ {budget} oracle calls, {conf:.0%} "
+    report.guarantee = (f"{agg.func.upper()} with ≤ {budget} oracle calls, {percent(conf)} "
                         f"finite-sample interval")
     common = dict(budget=budget, agg=agg.func, confidence=conf, seed=seed,
                   value_range=_value_range(stat, report))
@@ -623,12 +624,12 @@ def _run_selection(b: Binding, q: Query, seed: int, report: Report) -> pd.DataFr
         conf = query_confidence(q)
         if q.kind == "select_recall":
             result, mode = run_recall(proxy, is_true, c, conf, seed)
-            report.guarantee = (f"recall ≥ {c.recall_target:.0%} with probability {conf:.0%}"
+            report.guarantee = (f"recall ≥ {percent(c.recall_target)} with probability {percent(conf)}"
                                 f" ({mode})")
         else:
             result = queries.supg_precision(proxy, is_true, target=c.precision_target,
                                             confidence=conf, budget=c.budget, seed=seed)
-            report.guarantee = f"precision ≥ {c.precision_target:.0%} with probability {conf:.0%}"
+            report.guarantee = f"precision ≥ {percent(c.precision_target)} with probability {percent(conf)}"
     elif q.kind == "rare":
         embeddings = np.asarray(b.index.embeddings)[b.population]
         result = queries.find_rare(embeddings, is_true, budget=c.budget, seed=seed, proxy=proxy)

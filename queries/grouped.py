@@ -22,7 +22,7 @@ from typing import Callable
 import numpy as np
 
 from vidql.errors import ParameterError
-from vidql.ranges import DEFAULT_STRATA, MIN_SAMPLES
+from vidql.ranges import DEFAULT_STRATA, MIN_SAMPLES, percent
 
 from .aggregate import aggregate_error_bound, aggregate_ratio_error_bound
 from .results import AggregateResult, GroupedResult
@@ -175,8 +175,9 @@ def _sample_caps(max_samples: int | None, members: list[np.ndarray]) -> list[int
 
 def _confidence_text(groups: int, each: float, confidence: float) -> str:
     if groups == 1:
-        return f"one group, at {confidence:.0%}"
-    return f"Sidak: each of {groups} groups at {each:.4%} so all hold at {confidence:.0%}"
+        return f"one group, at {percent(confidence)}"
+    return (f"Sidak: each of {groups} groups at {percent(each)} so all hold at "
+            f"{percent(confidence)}")
 
 
 def _globalised(result: AggregateResult, positions: np.ndarray) -> AggregateResult:

@@ -31,6 +31,21 @@ def test_a_bound_that_holds_claims_it(db):
     assert "note" not in report.details
 
 
+@pytest.mark.parametrize("query, stated", [
+    ("SELECT AVG(objects('car')) FROM v ERROR WITHIN 2 CONFIDENCE 99.9%",
+     "AVG within ±2 (absolute error) at 99.9% confidence"),
+    ("SELECT AVG(objects('car')) FROM v ERROR WITHIN 2.5% CONFIDENCE 97.5%",
+     "AVG within ±2.5% (relative error) at 97.5% confidence"),
+    ("SELECT SUM(objects('car')) FROM v ORACLE BUDGET 50 CONFIDENCE 99.5%",
+     "SUM with ≤ 50 oracle calls, 99.5% finite-sample interval"),
+])
+def test_the_guarantee_states_the_confidence_asked(db, query, stated):
+    """A confidence is stated as written: 99.9% was printed as "100%", a promise of
+    certainty no interval makes."""
+    db.sql(query + " SEED 1")
+    assert db.last_report.guarantee == stated
+
+
 def test_each_group_whose_share_of_the_cap_runs_out_is_named(db):
     df = db.sql("SELECT frame // 150 AS g, AVG(objects('car')) FROM v GROUP BY g "
                 "ERROR WITHIN 0.001 ORACLE BUDGET 60 SEED 1").df()

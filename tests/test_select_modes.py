@@ -88,6 +88,13 @@ def test_recall_modes_through_sql(traffic):
     db.sql(base + "ORACLE BUDGET 600 APPROXIMATE SEED 3")
     assert "APPROXIMATE" in db.last_report.guarantee
     assert "normal approximation" in db.last_report.operator
+    # targets and confidences as written (90.5% at 99.5% read "90% with probability 100%")
+    db.sql(f"SELECT frame FROM v WHERE {BUS} RECALL TARGET 90.5% CONFIDENCE 99.5% "
+           "ORACLE BUDGET 600 SEED 4")
+    assert db.last_report.guarantee.startswith("recall ≥ 90.5% with probability 99.5% (")
+    db.sql(f"SELECT frame FROM v WHERE {BUS} PRECISION TARGET 92.5% CONFIDENCE 99.9% "
+           "ORACLE BUDGET 600 SEED 5")
+    assert db.last_report.guarantee == "precision ≥ 92.5% with probability 99.9%"
 
 
 @pytest.mark.slow

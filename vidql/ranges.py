@@ -48,14 +48,20 @@ class Bounds:
 
     def percent(self) -> str:
         """The range of a fraction written as a percentage, e.g. (0%, 100%)."""
-        return (f"{'(' if self.open_low else '['}{self.low * 100:g}%, "
-                f"{self.high * 100:g}%{')' if self.open_high else ']'}")
+        return (f"{'(' if self.open_low else '['}{percent(self.low)}, "
+                f"{percent(self.high)}{')' if self.open_high else ']'}")
 
     def check(self, name: str, value):
         """`value` (int when whole, else float) or a ParameterError naming the range."""
         if value not in self:
             raise ParameterError(f"{name} must be {self}; got {value!r}")
         return int(value) if self.whole else float(value)
+
+
+def percent(fraction: float) -> str:
+    """A fraction as the percentage a user writes (0.995 -> "99.5%"), to 4 decimals: never
+    rounded to whole percents, which would print CONFIDENCE 99.9% as 100%."""
+    return f"{round(fraction * 100, 4):g}%"
 
 
 # Ranges of the query clauses, shared by the parser (vidql.engine.dialect_clauses) and the
