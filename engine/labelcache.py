@@ -27,6 +27,7 @@ from .labeljournal import LabelBatch, LabelJournal
 from .oracle_api import Oracle, check_detections, never_gives
 
 MIN_AHEAD = 16  # frames labelled at once when an operator asks fewer (label_ahead)
+FREE_BATCH = 8192  # frames a nearly free oracle labels a call, when its batch_size is smaller
 COUNTS_AT_ONCE = 4096  # uncounted earlier labels the first statement counts, at most
 
 SCHEMA_SQL = """
@@ -176,8 +177,12 @@ class LabelCache:
                     bar.update(len(ids))
                 return
             if not self.oracle.needs_pixels:  # batches never span two clips
-                chunks = [ids[start:start + batch] for _, _, ids in self.clip_map.pieces(todo)
-                          for start in range(0, len(ids), batch)]
+                # a nearly free oracle (a table) gets up to FREE_BATCH frames a call: it has
+                # no memory or latency reason for small batches, and each batch costs a
+                # check, a journal record and counts of its own
+                step = max(batch, FREE_BATCH) if self.oracle.nearly_free else batch
+                chunks = [ids[start:start + step] for _, _, ids in self.clip_map.pieces(todo)
+                          for start in range(0, len(ids), step)]
                 for k, ids in enumerate(chunks):
                     self._label_batch(ids, None, 0.0, last=k == len(chunks) - 1)
                     bar.update(len(ids))

@@ -64,17 +64,20 @@ class LabelBatch:
         bytes `decode` reads. Detections are stored in the narrowest dtypes that hold them
         exactly: int32 frames, int16 codes, and values as int16 (whole-pixel boxes with
         score 1, a table of ground truth), float32 (a detector's output) or float64: a
-        quarter or half the bytes, and so less to fsync."""
+        quarter or half the bytes, and so less to fsync. Values an oracle gives as int16
+        or float32 are written as they are, without a test."""
         det = self.detections
         frame = "<i4" if not len(det) or (det.frame.min() >= -2**31 and det.frame.max() < 2**31) \
             else "<i8"
         codes = "<i2" if len(det.names) < 2**15 else "<i4"
-        values = det.values.astype(VALUE_DTYPES[-1], copy=False)
-        for dtype in VALUE_DTYPES[:-1]:
-            narrow = det.values.astype(dtype)
-            if np.array_equal(narrow, det.values):
-                values = narrow
-                break
+        values = det.values  # as the oracle gave them when narrower than float64
+        if values.dtype.str not in VALUE_DTYPES[:-1]:
+            values = values.astype(VALUE_DTYPES[-1])
+            for dtype in VALUE_DTYPES[:-1]:
+                narrow = det.values.astype(dtype)
+                if np.array_equal(narrow, det.values):
+                    values = narrow
+                    break
         header = json.dumps({"video": self.video, "oracle": self.oracle, "clip": self.clip,
                              "frames": len(self.frames), "rows": len(det),
                              "labels": list(det.names), "cost": self.cost,
@@ -100,7 +103,7 @@ class LabelBatch:
         frames, counts = take("<i8", n, np.int64), take("<i4", n, np.int32)
         det = DetectionArrays(take(frame, m, np.int64), take(codes, m, np.int32),
                               tuple(head["labels"]),
-                              take(values, len(FLOAT_COLUMNS) * m, np.float64
+                              take(values, len(FLOAT_COLUMNS) * m, np.dtype(values).newbyteorder("=")
                                    ).reshape(m, len(FLOAT_COLUMNS)))
         return cls(head["video"], head["oracle"], head["clip"], frames, counts, det, head["cost"])
 

@@ -129,7 +129,7 @@ def check_detections(det: DetectionArrays, frame_ids: np.ndarray, oracle: Oracle
     if stray.any():
         raise OracleError(f"oracle {oracle.name!r} returned detections for frames it was not "
                           f"asked about: {sorted(set(det.frame[stray].tolist()))[:5]}")
-    if (det.codes < 0).any() or np.isnan(det.values).any():
+    if (det.codes < 0).any() or (det.values.dtype.kind == "f" and np.isnan(det.values).any()):
         raise OracleError(f"oracle {oracle.name!r} returned detections with missing values")
     if (det.codes >= len(det.names)).any():
         raise OracleError(f"oracle {oracle.name!r} returned detections of classes beyond its "

@@ -57,12 +57,19 @@ class LabelTable:
 
         columns = read_label_columns(path)
         order = self._sort(columns)
-        self.columns = {}
+        floats = {}
         for name, values in columns:
             if name == "label":
                 self.label_names = tuple(str(c) for c in values.categories)
-                values = values.codes
-            self.columns[name] = narrowest_exact(values[order])
+                self.codes = narrowest_exact(values.codes[order])
+            else:
+                floats[name] = narrowest_exact(values[order])
+        # score and box of each row in one dtype that holds them all (whole-pixel boxes:
+        # int16), so a lookup takes rows at once and hands them on as they are
+        self.values = np.empty((len(order), len(FLOAT_COLUMNS)),
+                               dtype=np.result_type(*(floats[c] for c in FLOAT_COLUMNS)))
+        for i, name in enumerate(FLOAT_COLUMNS):
+            self.values[:, i] = floats.pop(name)
         self.digest = file_digest(path)
 
     @classmethod
@@ -165,12 +172,9 @@ class LabelsOracle(Oracle):
     def _rows(self, rows: np.ndarray) -> DetectionArrays:
         """Detections at sorted positions `rows`."""
         table = self._table
-        values = np.empty((len(rows), len(FLOAT_COLUMNS)))
-        for i, name in enumerate(FLOAT_COLUMNS):
-            values[:, i] = table.columns[name][rows]
         return DetectionArrays(table.frames[rows].astype(np.int64),
-                               table.columns["label"][rows].astype(np.int32),
-                               table.label_names, values)
+                               table.codes[rows].astype(np.int32), table.label_names,
+                               table.values[rows])
 
 
 class PythonOracle(Oracle):

@@ -238,7 +238,7 @@ class OnnxDetector(Oracle):
         return DetectionArrays(np.repeat(np.asarray(frame_ids, dtype=np.int64),
                                          [len(f[0]) for f in found]),
                                cls.astype(np.int32), tuple(self.classes),
-                               np.column_stack([conf, boxes]).astype(np.float64))
+                               np.column_stack([conf, boxes]))
 
     def _detections(self, out: np.ndarray, layout: str, hw: tuple[int, int], r: float,
                     offset: tuple[int, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -45,8 +45,11 @@ def with_dtypes(df) -> pd.DataFrame:
 @dataclass(frozen=True)
 class DetectionArrays:
     """Detections as arrays, as the label cache keeps an oracle batch: `frame` (int64),
-    `codes` (int32) into `names` (the labels), and `values` (m×5 float64: score, x1, y1,
-    x2, y2). Counting, journalling and shifting them costs no DataFrame."""
+    `codes` (int32) into `names` (the labels), and `values` (m×5: score, x1, y1, x2, y2) in
+    float64 or in a narrower dtype that holds them exactly, as the oracle has them (a
+    detector's float32, a table's whole pixels as integers), so that nothing converts them
+    and back before they are journalled; `to_frame` gives float64. Counting, journalling
+    and shifting them costs no DataFrame."""
 
     frame: np.ndarray
     codes: np.ndarray
