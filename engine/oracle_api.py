@@ -131,7 +131,7 @@ def check_detections(det: DetectionArrays, frame_ids: np.ndarray, oracle: Oracle
                           f"asked about: {sorted(set(det.frame[stray].tolist()))[:5]}")
     if (det.codes < 0).any() or (det.values.dtype.kind == "f" and np.isnan(det.values).any()):
         raise OracleError(f"oracle {oracle.name!r} returned detections with missing values")
-    if (det.codes >= len(det.names)).any():
+    if len(det) and det.codes.max() >= len(det.names):
         raise OracleError(f"oracle {oracle.name!r} returned detections of classes beyond its "
                           f"{len(det.names)} class names (give it the model's classes)")
     return rows
