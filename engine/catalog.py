@@ -117,7 +117,8 @@ class Catalog:
         self.progress = progress
         self._oracles: dict[str, tuple[Oracle, tuple]] = {}  # name -> (oracle, source stats)
         self._caches: dict[tuple[str, str], LabelCache] = {}
-        self._infos: dict[str, object] = {}
+        self._checked: dict[tuple[str, int], str] = {}  # (video, ordinal) -> its checked path
+        self._infos: dict[tuple[str, int], object] = {}  # (video, ordinal) -> its VideoInfo
         self._video_rows: dict[str, dict] | None = None  # within a query: rows read so far
         self._statement_caches: dict[tuple, LabelCache] = {}  # within a query: caches found
         self.executor = None  # a RayExecutor (engine.ray_executor) when not local
@@ -356,6 +357,8 @@ class Catalog:
         """Drop what this process remembers of a collection (after it changed)."""
         for key in [k for k in self._infos if k[0] == name]:
             del self._infos[key]
+        for key in [k for k in self._checked if k[0] == name]:
+            del self._checked[key]
         for key in [k for k in self._caches if k[0] == name]:
             del self._caches[key]
         self._statement_caches.clear()
@@ -383,12 +386,11 @@ class Catalog:
                 f"score, x1, y1, x2, y2 FROM vidql.labels WHERE video = {lit} AND oracle = "
                 f"coalesce(getvariable('{self.oracle_variable(video)}'), {default})")
 
-    def clip_info(self, name: str, ordinal: int):
-        """The probe result of a clip; raises if its file is gone or its content changed
-        since loading (checked once per process). A lost artifacts folder is rebuilt by
-        probing the file again."""
+    def check_clip(self, name: str, ordinal: int) -> str:
+        """The path of a clip's file; raises if the file is gone or its content changed
+        since loading (checked once per process)."""
         key = (name, int(ordinal))
-        if key not in self._infos:
+        if key not in self._checked:
             row = self.con.execute("SELECT clip, path, fingerprint FROM vidql.clips WHERE "
                                    "video = ? AND ordinal = ?", [name, int(ordinal)]).fetchall()
             if not row:
@@ -404,6 +406,23 @@ class Catalog:
                 raise VideoError(path, f"file of {what} changed since LOAD VIDEO (its content "
                                        f"differs); its labels and indexes no longer apply: "
                                        f"restore the file, or DROP VIDEO {name} and load it again")
+            self._checked[key] = path
+        return self._checked[key]
+
+    def check_clips(self, name: str) -> None:
+        """`check_clip` for every clip of a video: all that a query over labels needs of
+        its files (their probe results, with every frame's timestamp, are read only to
+        decode: 0.1 s at a million frames)."""
+        name = self.video_row(name)["name"]
+        for ordinal in self.clip_table(name)["ordinal"]:
+            self.check_clip(name, ordinal)
+
+    def clip_info(self, name: str, ordinal: int):
+        """The probe result of a clip, its file checked by `check_clip`. A lost artifacts
+        folder is rebuilt by probing the file again."""
+        key = (name, int(ordinal))
+        if key not in self._infos:
+            path = self.check_clip(name, ordinal)
             self._infos[key] = self._stored_info(self.clip_dir(name, ordinal), path)
         return self._infos[key]
 
@@ -482,6 +501,7 @@ class Catalog:
             statements.append(("UPDATE vidql.videos SET path = ? WHERE name = ?", [str(path), name]))
         self.run_atomically(statements)
         self._infos.pop((name, ordinal), None)
+        self._checked.pop((name, ordinal), None)
         info = self.clip_info(name, ordinal)
         with open(self.clip_dir(name, ordinal) / "info.pkl", "wb") as fh:
             pickle.dump(info, fh)
@@ -692,7 +712,7 @@ class Catalog:
         key = (row["name"], o.identity)
         if key not in self._caches:
             video = row["name"]
-            self.clip_infos(video)  # a clip whose file is gone or changed: an error now
+            self.check_clips(video)  # a clip whose file is gone or changed: an error now
             clip_map = self.clip_map(video)
             o.check_clips(clip_map.names)
             if self.executor is not None:  # the same identity, labelled on Ray actors

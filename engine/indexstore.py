@@ -250,7 +250,7 @@ class IndexStore:
 
         row = self._row(name)
         if row["name"] not in self._open:
-            self.catalog.clip_infos(row["video"])  # raises naming a clip whose file changed
+            self.catalog.check_clips(row["video"])  # raises naming a clip whose file changed
             expect = self._identity(row["video"], row["oracle_identity"])
             if not self.directory(row["name"]).is_dir():
                 raise CatalogError(f"the files of index {row['name']!r} are gone (folder "

@@ -70,6 +70,25 @@ def test_changed_file_is_detected(counter_clip, tmp_path):
             db.catalog.video_info("clip")
 
 
+def test_a_query_over_labels_reads_no_probe_result(traffic_db, monkeypatch):
+    """Queries with a LABELS oracle check the video file but never read its probe result
+    (every frame's timestamp: 0.1 s to unpickle at a million frames, and a 5 ms pause of
+    the garbage collector inside the query after it); a changed file is still refused."""
+    import vidql.preprocess.probe as probe
+
+    for saved in (traffic_db.parent / f"{traffic_db.name}.artifacts").rglob("info.pkl"):
+        saved.unlink()  # reading the probe result would now probe the file again
+
+    def no_probe(path):
+        raise AssertionError(f"probed {path}")
+
+    monkeypatch.setattr(probe, "probe_video", no_probe)
+    with vidql.connect(traffic_db, progress=False) as db:
+        db.sql("SELECT AVG(objects('car')) FROM t ORACLE BUDGET 20 SEED 1")
+        assert db.sql("SELECT count(*) FROM t WHERE frame < 5 AND objects('car') >= 0"
+                      ).df().iloc[0, 0] == 5
+
+
 def test_oracle_errors(tmp_path):
     with vidql.connect() as db:
         with pytest.raises(OracleError, match="not found"):
