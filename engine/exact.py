@@ -85,9 +85,9 @@ def run_exact(catalog: Catalog, sql: str, videos: list[str],
               objects: tuple[str, ...] = ()) -> tuple[Result | None, LabelStats]:
     """Run `sql` exactly. `videos` are the video tables it reads (`night` or `night.objects`),
     `objects` those it reads as `night.objects`; `bounds` (`label_bounds`) optionally limits
-    the frames labelled per video. Frame functions only of labels the oracle never gives are known (0)
-    without labelling. Returns the result (materialised, so it stays valid) and what
-    labelling cost."""
+    the frames labelled per video. Frame functions only of labels the oracle never gives are
+    known (0) without labelling. Returns the result (materialised, so it stays valid) and
+    what labelling cost."""
     expr = bind_query(catalog, sql, videos, oracle)
     stats = LabelStats()
     shadows, variables = [], []

@@ -47,7 +47,8 @@ TABLES_KEPT = 2  # label files kept loaded per process, most recently used first
 class LabelTable:
     """A label file's rows sorted by (clip, frame), found by binary search, each column read
     on its own and kept in the narrowest dtype that holds its values exactly (labels as
-    codes): 15 bytes a detection with whole-pixel boxes instead of a DataFrame's 50.
+    codes; score and box stacked as `values` in one dtype that holds them all): 15 bytes a
+    detection with whole-pixel boxes instead of a DataFrame's 50.
     `digest` hashes the file's bytes. Read-only once loaded, so oracles share it (`of`)."""
 
     _loaded: OrderedDict = OrderedDict()  # (path, size, mtime, inode) -> LabelTable
