@@ -11,7 +11,6 @@ import dataclasses
 import json
 from contextlib import closing, contextmanager
 import os
-import pickle
 import re
 import shutil
 from pathlib import Path
@@ -282,8 +281,9 @@ class Catalog:
         staging = final.with_name(final.name + ".loading")
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)
-        with open(staging / "info.pkl", "wb") as fh:
-            pickle.dump(info, fh)
+        from vidql.preprocess.probe import save_info
+
+        save_info(info, staging / "info.pkl")
         if rendition is not None:
             from vidql.preprocess.rendition import make_rendition
 
@@ -366,9 +366,8 @@ class Catalog:
     @staticmethod
     def _timestamps(info) -> np.ndarray:
         n = info.frame_count
-        pts = np.array([np.nan if p is None else p for p in info.pts], dtype=np.float64)
-        if len(pts) == n and info.pts_unique and not np.isnan(pts).any():
-            return (pts - pts[0]) * float(info.time_base)
+        if len(info.pts) == n and info.pts_unique:  # unique: no frame without a timestamp
+            return (info.pts - info.pts[0]) * float(info.time_base)
         return np.arange(n) / (info.fps or 1.0)
 
     @staticmethod
@@ -451,17 +450,15 @@ class Catalog:
     @staticmethod
     def _stored_info(directory: Path, path: str):
         """The saved probe result (re-probed and saved again when the artifacts are gone)."""
-        from vidql.preprocess.probe import probe_video
+        from vidql.preprocess.probe import load_info, probe_video, save_info
 
         saved = directory / "info.pkl"
         if saved.is_file():
-            with open(saved, "rb") as fh:
-                info = pickle.load(fh)
+            info = load_info(saved)
             return info if info.path == path else dataclasses.replace(info, path=path)
         info = probe_video(path)
         saved.parent.mkdir(parents=True, exist_ok=True)
-        with open(saved, "wb") as fh:
-            pickle.dump(info, fh)
+        save_info(info, saved)
         return info
 
     def _clip_ordinal(self, name: str, clip: str | None, statement: str) -> tuple[int, str]:
@@ -502,9 +499,9 @@ class Catalog:
         self.run_atomically(statements)
         self._infos.pop((name, ordinal), None)
         self._checked.pop((name, ordinal), None)
-        info = self.clip_info(name, ordinal)
-        with open(self.clip_dir(name, ordinal) / "info.pkl", "wb") as fh:
-            pickle.dump(info, fh)
+        from vidql.preprocess.probe import save_info
+
+        save_info(self.clip_info(name, ordinal), self.clip_dir(name, ordinal) / "info.pkl")
         return self.video_row(name)
 
     def set_clip_start(self, name: str, clip: str, start) -> pd.DataFrame:

@@ -32,8 +32,8 @@ class LowResSource:
     def keyframes(self) -> np.ndarray:
         """Frames a decoder can start at (of the rendition when reading one)."""
         if self.rendition is not None:
-            return np.asarray(self.rendition.frames)[list(self.rendition.info.keyframes)]
-        return np.asarray(self.info.keyframes, dtype=np.int64)
+            return np.asarray(self.rendition.frames)[self.rendition.info.keyframes]
+        return self.info.keyframes
 
     def proxy_size(self, short_side: int | None = None) -> tuple[int, int]:
         """(width, height) with the given short side, keeping the aspect ratio (even sizes)."""

@@ -112,7 +112,7 @@ class FrameReader:
         """
         if self._index_of_pts is None or self.info.counted_by != "packets":
             # untrusted layouts (packed B-frames, missing pts): seek to each keyframe instead
-            keyframes = np.asarray(self.info.keyframes, dtype=np.int64)
+            keyframes = self.info.keyframes
             for at in range(0, len(keyframes), batch_size):
                 yield keyframes[at:at + batch_size], self.read(keyframes[at:at + batch_size], size)
             return
@@ -177,10 +177,10 @@ class FrameReader:
             first = 0
         else:
             container = self._open()
-            container.seek(info.keyframe_seek_ts[gop], stream=self._stream, backward=True)
+            container.seek(int(info.keyframe_seek_ts[gop]), stream=self._stream, backward=True)
             first = None
         self.seeks += 1
-        return self._numbered_frames(container, first, info.keyframes[gop])
+        return self._numbered_frames(container, first, int(info.keyframes[gop]))
 
     def _numbered_frames(self, container, first: int | None, keyframe: int
                          ) -> Iterator[tuple[int, "av.VideoFrame"]]:

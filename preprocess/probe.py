@@ -9,18 +9,19 @@ the video is decoded once, which is the only way to learn the truth when the hea
 """
 from __future__ import annotations
 
-import bisect
 import functools
 import os
+import pickle
 import re
 from dataclasses import dataclass
 from fractions import Fraction
-from itertools import pairwise
 from pathlib import Path
 
 import av
+import numpy as np
 
 from vidql.errors import VideoError
+from vidql.files import atomic_path
 
 # Codecs for which, in a container that gives every packet a unique pts, one packet is one
 # displayed frame and the decoder's frame pts is the packet pts.
@@ -32,13 +33,19 @@ _ONE_FRAME_PER_PACKET = frozenset({"h264", "hevc", "av1", "vp9", "mjpeg", "png",
 _NOT_VIDEO_FORMATS = frozenset({"tty"})
 
 
-@dataclass(frozen=True)
+MISSING_PTS = np.iinfo(np.int64).min  # in `VideoInfo.pts`: a frame the decoder gave no timestamp
+_ARRAYS = ("keyframes", "keyframe_seek_ts", "pts")  # VideoInfo's int64 arrays
+
+
+@dataclass(frozen=True, eq=False)
 class VideoInfo:
     """What vidql knows about a video's first video stream.
 
     `pts[i]` is the decoder timestamp of frame i (frames in decode-output order, which is
-    presentation order); `keyframes` are the frame numbers a seek can land on and
-    `keyframe_seek_ts` the stream timestamps to seek to for each of them.
+    presentation order; MISSING_PTS where the decoder gave none); `keyframes` are the frame
+    numbers a seek can land on and `keyframe_seek_ts` the stream timestamps to seek to for
+    each of them. The three are int64 arrays, not tuples: at a million frames a tuple took
+    0.1 s to unpickle, and the garbage collector walked its million entries.
     """
 
     path: str
@@ -49,9 +56,9 @@ class VideoInfo:
     frame_count: int
     duration: float
     time_base: Fraction
-    keyframes: tuple[int, ...]
-    keyframe_seek_ts: tuple[int, ...]
-    pts: tuple[int | None, ...]
+    keyframes: np.ndarray
+    keyframe_seek_ts: np.ndarray
+    pts: np.ndarray
     pts_unique: bool
     header_frame_count: int
     counted_by: str  # "packets" or "decoding"
@@ -59,7 +66,7 @@ class VideoInfo:
 
     def gop_of(self, frame: int) -> int:
         """Position in `keyframes` of the last keyframe at or before `frame`."""
-        return max(bisect.bisect_right(self.keyframes, frame) - 1, 0)
+        return max(int(np.searchsorted(self.keyframes, frame, side="right")) - 1, 0)
 
     @functools.cached_property
     def index_of_pts(self) -> "PtsIndex | None":
@@ -67,8 +74,28 @@ class VideoInfo:
         info however many readers use it; never pickled."""
         return PtsIndex(self.pts) if self.pts_unique else None
 
+    def _scalars(self) -> tuple:
+        return tuple(v for k, v in self.__getstate__().items() if k not in _ARRAYS)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, VideoInfo) and self._scalars() == other._scalars() and all(
+            np.array_equal(getattr(self, k), getattr(other, k)) for k in _ARRAYS)
+
+    def __hash__(self) -> int:
+        return hash(self._scalars())
+
     def __getstate__(self) -> dict:
         return {k: v for k, v in self.__dict__.items() if k != "index_of_pts"}
+
+    def __setstate__(self, state: dict) -> None:
+        """Also reads infos pickled when the arrays were tuples (pts with None)."""
+        self.__dict__.update({k: _int64s(v) if k in _ARRAYS and not isinstance(v, np.ndarray)
+                              else v for k, v in state.items()})
+
+
+def _int64s(values) -> np.ndarray:
+    """int64 array of `values`, None as MISSING_PTS."""
+    return np.array([MISSING_PTS if v is None else v for v in values], dtype=np.int64)
 
 
 class PtsIndex:
@@ -77,11 +104,12 @@ class PtsIndex:
     arithmetic; others by a dict, which at a million frames holds about 80 MB."""
 
     def __init__(self, pts):
+        pts = np.asarray(pts, dtype=np.int64)
         self._n = len(pts)
-        first, step = (pts[0], pts[1] - pts[0]) if self._n > 1 and None not in pts[:2] else (0, 0)
-        even = step > 0 and all(t == first + i * step for i, t in enumerate(pts))
+        first, step = (int(pts[0]), int(pts[1] - pts[0])) if self._n > 1 else (0, 0)
+        even = step > 0 and np.array_equal(pts, first + step * np.arange(self._n, dtype=np.int64))
         self._first, self._step = (first, step) if even else (None, None)
-        self._map = None if even else {t: i for i, t in enumerate(pts)}
+        self._map = None if even else {t: i for i, t in enumerate(pts.tolist())}
 
     def get(self, pts, default=None):
         if self._map is not None:
@@ -102,6 +130,26 @@ class PtsIndex:
 
     def __len__(self) -> int:
         return self._n
+
+
+def save_info(info: VideoInfo, file: str | os.PathLike) -> None:
+    """Write `info` to `file` (a pickle), atomically."""
+    with atomic_path(file) as tmp:
+        tmp.write_bytes(pickle.dumps(info))
+
+
+def load_info(file: str | os.PathLike) -> VideoInfo:
+    """The VideoInfo `save_info` wrote to `file`. One written before the per-frame layout
+    was arrays (its pickle holds no numpy array) is written again as arrays, where the
+    folder allows, so that it loads fast from then on."""
+    data = Path(file).read_bytes()
+    info = pickle.loads(data)
+    if b"numpy" not in data:
+        try:
+            save_info(info, file)
+        except OSError:  # a read-only folder: it reads as it is
+            pass
+    return info
 
 
 def probe_video(path: str | os.PathLike) -> VideoInfo:
@@ -239,18 +287,23 @@ def _decode_layout(path: Path, packets) -> tuple[list[int | None], set[int]]:
 def _build_info(path: Path, stream, codec: str, pts, keyframe_pts, counted_by: str,
                 created: str | None) -> VideoInfo:
     n = len(pts)
-    pts_unique = None not in pts and len(set(pts)) == n
-    keyframes = [i for i, t in enumerate(pts) if t in keyframe_pts] if pts_unique else []
-    if not keyframes or keyframes[0] != 0:
-        keyframes = [0] + keyframes  # frame 0 is always reachable by seeking to the start
-    seek_ts = [pts[k] if pts_unique and pts[k] in keyframe_pts else _START for k in keyframes]
+    pts = _int64s(pts)
+    pts_unique = bool(not (pts == MISSING_PTS).any() and len(np.unique(pts)) == n)
+    keys = np.array(sorted(keyframe_pts), dtype=np.int64)
+    keyframes = np.flatnonzero(np.isin(pts, keys)) if pts_unique else np.zeros(0, np.int64)
+    if not len(keyframes) or keyframes[0] != 0:
+        keyframes = np.concatenate([[0], keyframes])  # frame 0 is always reachable by seeking to the start
+    keyframes = keyframes.astype(np.int64)
+    at = pts[keyframes]
+    seek_ts = np.where(np.isin(at, keys), at, _START) if pts_unique else \
+        np.full(len(keyframes), _START, dtype=np.int64)
     time_base = stream.time_base or Fraction(1, 1)
     fps = _frame_rate(stream, pts if pts_unique else None, time_base)
     return VideoInfo(
         path=str(path), codec=codec,
         width=int(stream.codec_context.width), height=int(stream.codec_context.height),
         fps=fps, frame_count=n, duration=n / fps if fps > 0 else 0.0, time_base=Fraction(time_base),
-        keyframes=tuple(keyframes), keyframe_seek_ts=tuple(seek_ts), pts=tuple(pts),
+        keyframes=keyframes, keyframe_seek_ts=seek_ts.astype(np.int64), pts=pts,
         pts_unique=pts_unique, header_frame_count=int(stream.frames or 0), counted_by=counted_by,
         creation_time=created or None,
     )
@@ -265,10 +318,9 @@ def _frame_rate(stream, pts, time_base: Fraction) -> float:
     rate = stream.average_rate or stream.guessed_rate or stream.base_rate
     if rate and float(rate) > 0:
         return float(rate)
-    if pts and len(pts) > 1:
-        ordered = sorted(pts)
-        steps = sorted(b - a for a, b in pairwise(ordered))
-        step = steps[len(steps) // 2]
+    if pts is not None and len(pts) > 1:
+        steps = np.sort(np.diff(np.sort(pts)))
+        step = int(steps[len(steps) // 2])
         if step > 0:
             return float(1 / (step * time_base))
     return 0.0

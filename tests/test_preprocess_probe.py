@@ -26,7 +26,7 @@ def test_generated_h264_layout_from_packets(clip):
     assert (info.codec, info.width, info.height, info.frame_count) == ("h264", 320, 240, 60)
     assert info.fps == pytest.approx(30.0)
     assert info.duration == pytest.approx(2.0)
-    assert info.keyframes == (0, 12, 24, 36, 48)
+    assert info.keyframes.tolist() == [0, 12, 24, 36, 48]
     assert info.counted_by == "packets"  # no full decode was needed
     assert list(info.pts) == sorted(info.pts) and info.pts_unique
     with av.open(str(clip)) as container:
@@ -42,13 +42,57 @@ def test_probe_is_hashable_and_frozen(clip):
         info.frame_count = 3
 
 
+def test_per_frame_layout_is_int64_arrays_and_old_pickles_still_load(clip):
+    """pts and keyframes are arrays (a million-entry tuple took 0.1 s to unpickle and was
+    walked by the garbage collector); an info pickled when they were tuples, pts with None
+    for a frame without a timestamp, loads as the same arrays."""
+    import gc
+    import pickle
+
+    import numpy as np
+
+    from vidql.preprocess.probe import MISSING_PTS, VideoInfo
+
+    info = probe_video(clip)
+    for name in ("pts", "keyframes", "keyframe_seek_ts"):
+        assert getattr(info, name).dtype == np.int64 and not gc.is_tracked(getattr(info, name))
+    assert pickle.loads(pickle.dumps(info)) == info
+    old = {k: tuple(v.tolist()) if isinstance(v, np.ndarray) else v
+           for k, v in info.__getstate__().items()}
+    loaded = VideoInfo.__new__(VideoInfo)
+    loaded.__setstate__(old)  # what unpickling an old info.pkl does
+    assert loaded == info and hash(loaded) == hash(info)
+    old["pts"] = (None,) + old["pts"][1:]
+    loaded = VideoInfo.__new__(VideoInfo)
+    loaded.__setstate__(old)
+    assert loaded.pts[0] == MISSING_PTS and loaded.pts[1:].tolist() == info.pts[1:].tolist()
+
+
+def test_an_old_saved_info_is_saved_again_as_arrays(clip, tmp_path):
+    import pickle
+
+    import numpy as np
+
+    from vidql.preprocess.probe import VideoInfo, load_info
+
+    info = probe_video(clip)
+    old = VideoInfo.__new__(VideoInfo)
+    old.__dict__.update({k: tuple(v.tolist()) if isinstance(v, np.ndarray) else v
+                         for k, v in info.__getstate__().items()})
+    saved = tmp_path / "info.pkl"
+    saved.write_bytes(pickle.dumps(old))
+    assert b"numpy" not in saved.read_bytes()  # as vidql wrote it before
+    assert load_info(saved) == info
+    assert b"numpy" in saved.read_bytes() and load_info(saved) == info
+
+
 @pytest.mark.shared
 def test_highway_header_lies_count_by_decoding():
     info = probe_video(shared_clip("highway.avi"))
     assert info.codec == "mpeg4"
     assert info.frame_count == 1699 != info.header_frame_count
     assert info.counted_by == "decoding"
-    assert info.keyframes == (0, 300, 600, 900, 1200, 1500)
+    assert info.keyframes.tolist() == [0, 300, 600, 900, 1200, 1500]
     assert len(info.pts) == 1699 and info.pts_unique
 
 
