@@ -385,10 +385,14 @@ class Catalog:
                 f"score, x1, y1, x2, y2 FROM vidql.labels WHERE video = {lit} AND oracle = "
                 f"coalesce(getvariable('{self.oracle_variable(video)}'), {default})")
 
-    def check_clip(self, name: str, ordinal: int) -> str:
+    def check_clip(self, name: str, ordinal: int, again: bool = False) -> str:
         """The path of a clip's file; raises if the file is gone or its content changed
-        since loading (checked once per process)."""
+        since loading (checked once per process; `again`, before decoding, also when the
+        file has gone since, so that a file moved meanwhile gets this error and its fix,
+        not the decoder's)."""
         key = (name, int(ordinal))
+        if again and key in self._checked and not Path(self._checked[key]).is_file():
+            del self._checked[key]
         if key not in self._checked:
             row = self.con.execute("SELECT clip, path, fingerprint FROM vidql.clips WHERE "
                                    "video = ? AND ordinal = ?", [name, int(ordinal)]).fetchall()
@@ -730,8 +734,11 @@ class Catalog:
         name, whether it is the only clip)], for whoever decodes frames by number (Ray
         actors)."""
         only = len(clip_map.names) == 1
+        pieces = list(clip_map.pieces(positions))
+        for o, _, _ in pieces:
+            self.check_clip(video, o, again=True)
         return [(self.clip_info(video, o), local, ids, clip_map.names[o], only)
-                for o, local, ids in clip_map.pieces(positions)]
+                for o, local, ids in pieces]
 
     def set_executor(self, executor) -> None:
         """Run labelling (and embedding) on `executor` (None: in this process) from now on."""
@@ -749,6 +756,8 @@ class Catalog:
         name = self.video_row(video)["name"]
         clips = self.clip_table(name)
         dirs = [self.clip_dir(name, o) / "rendition" for o in clips["ordinal"]]
+        for o in clips["ordinal"]:
+            self.check_clip(name, o, again=True)
         return ConcatSource([LowResSource(info, d if d.is_dir() else None)
                              for info, d in zip(self.clip_infos(name), dirs, strict=True)])
 
@@ -765,6 +774,7 @@ class Catalog:
 
         def clip_batches(positions: np.ndarray, batch_size: int):
             for o, local, _ in clip_map.pieces(positions):
+                self.check_clip(name, o, again=True)
                 with closing(frame_batches(self.clip_info(name, o), frames=local,
                                            batch_size=batch_size, workers=1,
                                            decoder_nice=DECODER_NICE,

@@ -70,6 +70,25 @@ def test_changed_file_is_detected(counter_clip, tmp_path):
             db.catalog.video_info("clip")
 
 
+def test_a_file_moved_while_open_gets_the_alter_video_hint(counter_clip, oracle_module,
+                                                            tmp_path):
+    """A clip checked earlier in this process and moved since: decoding it says the file
+    is gone and how to point vidql at it (it said FFmpeg's "cannot open"), and after
+    ALTER VIDEO ... SET PATH the query labels only the frames it lacks."""
+    clip = tmp_path / "clip.mp4"
+    shutil.copy(counter_clip, clip)
+    with vidql.connect(progress=False) as db:
+        db.sql(f"LOAD VIDEO '{clip}' AS clip; CREATE ORACLE bright FROM PYTHON "
+               "'vq_test_oracle:BrightnessOracle'; SET ORACLE clip = bright")
+        db.sql("SELECT objects('car') FROM clip WHERE frame < 5")
+        clip.rename(tmp_path / "moved.mp4")
+        with pytest.raises(VideoError, match="gone; restore it, or if it moved: ALTER VIDEO"):
+            db.sql("SELECT objects('car') FROM clip WHERE frame < 10")
+        db.sql(f"ALTER VIDEO clip SET PATH '{tmp_path / 'moved.mp4'}'")
+        assert len(db.sql("SELECT objects('car') FROM clip WHERE frame < 10").df()) == 10
+        assert db.last_report.oracle_calls == 5
+
+
 def test_a_query_over_labels_reads_no_probe_result(traffic_db, monkeypatch):
     """Queries with a LABELS oracle check the video file but never read its probe result
     (every frame's timestamp: 0.1 s to unpickle at a million frames, and a 5 ms pause of
