@@ -29,6 +29,7 @@ OPERATORS = {
     "select_precision": "SUPG selection with a precision target",
     "rare": "EZMODE rare-event search",
 }
+INTEGER_TYPES = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT")  # frame-function keys
 
 
 class Binding:
@@ -383,8 +384,7 @@ def _run_column_groups(b: Binding, q: Query, seed: int, report: Report) -> pd.Da
     codes, keys = group_codes(b, q)
     sizes = np.bincount(codes, minlength=len(keys))
     if count_star(q):
-        report.operator, report.seed = "COUNT(*) of the frames (no oracle call)", None
-        report.guarantee = "exact (COUNT(*) of each group's frames)"
+        _counted(report, "each group's frames")
         return pd.DataFrame({group_column(q): keys, "estimate": sizes.astype(float),
                              "ci_low": sizes.astype(float), "ci_high": sizes.astype(float),
                              "confidence": 1.0, "oracle_calls": 0, "frames": 0})
@@ -424,14 +424,17 @@ def _run_column_groups(b: Binding, q: Query, seed: int, report: Report) -> pd.Da
     return frame.astype({"estimate": "Float64", "ci_low": "Float64", "ci_high": "Float64"})
 
 
-def _error_text(q: Query) -> str:
-    """The ERROR WITHIN bound in words; a total's bound per group scales with its frames."""
+def _error_text(q: Query, n: int | None = None) -> str:
+    """The ERROR WITHIN bound in words; a total's bound scales with the frames: `n` of
+    them, or N in each group when None."""
     c = q.clauses
     if c.error_relative:
         return f"±{percent(c.error)} (relative error)"
     if q.aggregate.func == "avg":
         return f"±{c.error:g} (absolute error)"
-    return f"±{c.error:g} per frame, ±{c.error:g}·N in total for a group of N frames"
+    if n is None:
+        return f"±{c.error:g} per frame, ±{c.error:g}·N in total for a group of N frames"
+    return f"±{c.error:g} per frame, ±{c.error * n:g} in total (absolute error)"
 
 
 def _run_aggregate(b: Binding, q: Query, seed: int, report: Report) -> pd.DataFrame:
@@ -441,8 +444,7 @@ def _run_aggregate(b: Binding, q: Query, seed: int, report: Report) -> pd.DataFr
     if column_groups(q):
         return _run_column_groups(b, q, seed, report)
     if count_star(q):
-        report.operator, report.seed = "COUNT(*) of the frames (no oracle call)", None
-        report.guarantee = "exact (COUNT(*) of the video table)"
+        _counted(report, "the video table")
         return pd.DataFrame({"estimate": [float(b.n)], "ci_low": [float(b.n)],
                              "ci_high": [float(b.n)], "confidence": [1.0], "oracle_calls": [0],
                              "frames": [0]})
@@ -452,12 +454,7 @@ def _run_aggregate(b: Binding, q: Query, seed: int, report: Report) -> pd.DataFr
     result = error_bound(b, q, seed, report)
     scale = 1.0 if agg.func == "avg" else float(b.n)
     report.operator = f"aggregate ({result.method})"
-    if c.error_relative:
-        bound = f"±{percent(c.error)} (relative error)"
-    elif agg.func == "avg":
-        bound = f"±{c.error:g} (absolute error)"
-    else:  # the bound holds for the per-frame mean; the total scales it by the frame count
-        bound = f"±{c.error:g} per frame, ±{c.error * b.n:g} in total (absolute error)"
+    bound = _error_text(q, b.n)
     report.guarantee = f"{agg.func.upper()} within {bound} at {percent(conf)} confidence"
     if cap_ran_out(result):
         report.guarantee = (f"{agg.func.upper()} with ≤ {c.budget} oracle calls, {percent(conf)} "
@@ -467,6 +464,13 @@ def _run_aggregate(b: Binding, q: Query, seed: int, report: Report) -> pd.DataFr
     # an estimate or edge the sample cannot support is NULL, never NaN
     return _aggregate_frame(result, scale, conf).astype(
         {"estimate": "Float64", "ci_low": "Float64", "ci_high": "Float64"})
+
+
+def _counted(report: Report, what: str) -> None:
+    """Report a COUNT(*) answered from the video table (`count_star`): exact, no oracle, no
+    seed."""
+    report.operator, report.seed = "COUNT(*) of the frames (no oracle call)", None
+    report.guarantee = f"exact (COUNT(*) of {what})"
 
 
 def cap_ran_out(result) -> bool:
@@ -578,9 +582,6 @@ def _budget_proxy(b: Binding, stat, pred, report: Report, group=None) -> np.ndar
         report.details["note"] = "no index: stratification by proxy unavailable"
         return np.zeros(b.n)
     return proxy
-
-
-INTEGER_TYPES = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT")
 
 
 def run_recall(proxy, is_true, c, conf: float, seed: int):
