@@ -4,6 +4,8 @@ tokens: where they start, their values and range checks, and the LIMIT/OFFSET mi
 with them (kept as SQL)."""
 from __future__ import annotations
 
+from decimal import Decimal
+
 from .dialect_lex import Cursor, Token, paren
 from .dialect_statements import Clauses
 from vidql.errors import QueryError
@@ -147,14 +149,21 @@ def _read_error(c: Cursor) -> tuple[float, bool]:
             f"or ERROR WITHIN 5% (relative: a percentage in {RELATIVE_ERROR.percent()})")
     value, num, percent = c.number("ERROR WITHIN", hint)
     if percent:
-        if value / 100.0 not in RELATIVE_ERROR:
+        if _hundredths(value) not in RELATIVE_ERROR:
             raise c.error(f"ERROR WITHIN {num.text}% is outside {RELATIVE_ERROR.percent()}",
                           hint, num.start)
-        return value / 100.0, True
+        return _hundredths(value), True
     if value not in ABSOLUTE_ERROR:
         raise c.error(f"ERROR WITHIN {num.text} must be positive: {ABSOLUTE_ERROR}", hint,
                       num.start)
     return value, False
+
+
+def _hundredths(value: float) -> float:
+    """A percentage as a fraction, divided in decimal on the number's shortest digits:
+    99.9% is 0.999, where the float division gives 0.9990000000000001 (and the result's
+    confidence column showed it)."""
+    return float(Decimal(repr(value)) / 100)
 
 
 def _fraction_reader(name: str, bounds: Bounds):
@@ -165,7 +174,7 @@ def _fraction_reader(name: str, bounds: Bounds):
             raise c.error(f"{name} {num.text} is not a fraction", hint=(
                 f"write {num.text}% or {value / 100:g}" if value <= 100 else hint),
                 position=num.start)
-        fraction = value / 100.0 if percent else value
+        fraction = _hundredths(value) if percent else value
         shown = num.text + ("%" if percent else "")
         if fraction not in bounds:
             raise c.error(f"{name} {shown} is outside {bounds.percent()}", hint, num.start)

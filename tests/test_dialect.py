@@ -518,3 +518,13 @@ def test_each_clause_at_and_beyond_its_bounds(accepted, rejected):
     shared = len(os.path.commonprefix([accepted, rejected]))
     assert err.position is not None and err.position >= shared - 16, (err.position, str(err))
     assert re.search(r"[\[(]0%?, |>= ?\d|> 0", str(err)), str(err)
+
+
+def test_a_percentage_is_the_fraction_written():
+    """99.9% is 0.999, not the float division's 0.9990000000000001 (which the result's
+    confidence column showed)."""
+    q = parse("SELECT AVG(objects('car')) FROM v ERROR WITHIN 0.7% CONFIDENCE 99.9%")
+    assert (q.confidence, q.clauses.error) == (0.999, 0.007)
+    sel = parse("SELECT frame FROM v WHERE contains('bus') PRECISION TARGET 90.3% "
+                "ORACLE BUDGET 100")
+    assert sel.clauses.precision_target == 0.903
