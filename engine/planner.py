@@ -30,6 +30,7 @@ OPERATORS = {
     "rare": "EZMODE rare-event search",
 }
 INTEGER_TYPES = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT")  # frame-function keys
+ROW_KINDS = ("limit", "select_recall", "select_precision", "rare")  # answered with frame rows
 
 
 class Binding:
@@ -47,7 +48,7 @@ class Binding:
         self.q = q
         bind_query(catalog, q.sql, [self.video], q.clauses.oracle)
         self.cache: LabelCache = catalog.label_cache(self.video, q.clauses.oracle)
-        self.population = self._population(db, q)
+        self.population, self.population_ts = self._population(db, q)
         self.n = len(self.population)
         if self.n == 0:
             raise QueryError("the query's frame restriction keeps no frames", q.text, 0)
@@ -67,15 +68,20 @@ class Binding:
         self.before = self.cache.stats.snapshot()
         self.labelled_before = self.cache.labelled_frames
 
-    def _population(self, db, q: Query) -> np.ndarray:
+    def _population(self, db, q: Query) -> tuple[np.ndarray, np.ndarray | None]:
         """Global positions (engine/clips.py) of the frames the query's restriction keeps
-        (on clip, frame, ts, start_ts), ascending."""
+        (on clip, frame, ts, start_ts), ascending, and, for a query answered with frame
+        rows, their `ts` (read in the same statement: a second one to look up the answer's
+        rows cost 6 ms, however few, at 10k frames)."""
+        rows = q.kind in ROW_KINDS
         try:
-            got = db.catalog.con.execute(self.kept_sql(), [self.video]).fetchnumpy()["position"]
+            got = db.catalog.con.execute(self.kept_sql("ts" if rows else None),
+                                         [self.video]).fetchnumpy()
         except duckdb.Error as exc:
             raise QueryError(f"cannot apply the frame restriction {q.restriction!r}: {exc}",
                              q.text, max(q.text.find(q.restriction or ""), 0)) from None
-        return np.asarray(got, dtype=np.int64)
+        ts = np.asarray(got["k"], dtype=np.float64) if rows else None
+        return np.asarray(got["position"], dtype=np.int64), ts
 
     def kept_sql(self, key: str | None = None) -> str:
         """SQL (parameter: the video's name) for the frames the query's restriction keeps,
@@ -132,21 +138,15 @@ class Binding:
             self.cache.stats.oracle_calls - self.before.oracle_calls)
         return fn
 
-    def frame_rows(self, positions: np.ndarray) -> pd.DataFrame:
-        """(clip, frame, ts) of global positions, for result rows."""
+    def frame_rows(self, positions: np.ndarray, verified: np.ndarray) -> pd.DataFrame:
+        """Result rows (clip, frame, ts, verified) of positions in the population."""
+        positions = np.asarray(positions, dtype=np.int64)
         clip_map = self.cache.clip_map
-        ordinal, frame = clip_map.split(positions)
-        rows = pd.DataFrame({"clip": pd.Series(np.asarray(clip_map.names, dtype=object)[ordinal],
+        ordinal, frame = clip_map.split(self.population[positions])
+        return pd.DataFrame({"clip": pd.Series(np.asarray(clip_map.names, dtype=object)[ordinal],
                                                dtype="str"),  # VARCHAR even with no rows
-                             "frame": frame, "row": np.arange(len(frame))})
-        con = self.db.catalog.con
-        con.register("__vidql_rows", rows)
-        try:  # only the rows asked for are read from the video table
-            ts = con.execute(f"SELECT v.ts FROM __vidql_rows r JOIN main.{quote_name(self.video)} "
-                             f"v USING (clip, frame) ORDER BY r.row").fetchnumpy()["ts"]
-        finally:
-            con.unregister("__vidql_rows")
-        return rows.drop(columns="row").assign(ts=np.asarray(ts, dtype=np.float64))
+                             "frame": frame, "ts": self.population_ts[positions],
+                             "verified": np.asarray(verified, dtype=bool)})
 
     def report(self, operator: str, seed: int | None = None) -> Report:
         """A report naming this query's video, oracle and index (or why it has none)."""
@@ -610,7 +610,7 @@ def _run_selection(b: Binding, q: Query, seed: int, report: Report) -> pd.DataFr
         report.operator = "exact selection (no oracle call)"
         report.guarantee = "exact: the predicate is known on every frame without the oracle"
         hits = np.flatnonzero(is_true(np.arange(b.n)))
-        return b.frame_rows(b.population[hits]).assign(verified=True)
+        return b.frame_rows(hits, np.ones(len(hits), dtype=bool))
     proxy = b.proxy(pred)  # after the exact case, which needs no proxy propagated
     c = q.clauses
     if q.kind == "limit":
@@ -642,7 +642,6 @@ def _run_selection(b: Binding, q: Query, seed: int, report: Report) -> pd.DataFr
                        "select_precision": "SUPG precision", "rare": "EZMODE"}[q.kind]
     report.details.update(getattr(result, "details", {}) or {})
     positions = np.asarray(result.frames, dtype=np.int64)
-    frames = b.population[positions]
     # EZMODE returns only oracle-confirmed positives; selections say which they confirmed
     verified = getattr(result, "verified", np.ones(len(positions), dtype=bool))
-    return b.frame_rows(frames).assign(verified=np.asarray(verified, dtype=bool))
+    return b.frame_rows(positions, verified)

@@ -119,6 +119,16 @@ def test_selections_carry_the_clip_and_gap_applies_within_a_clip(cams, clips):
     assert r["clip"].nunique() == 3
 
 
+def test_selection_rows_carry_each_frames_own_ts_under_a_restriction(cams):
+    # the answer's ts comes from the statement that finds the restricted population
+    r = cams.sql("SELECT clip, frame, ts FROM cams WHERE objects('car') >= 1 AND clip <> 'cam1' "
+                 "AND ts >= 2 LIMIT 8 GAP 20 SEED 3").df()
+    table = cams.sql("SELECT clip, frame, ts FROM cams").df()
+    got = r.merge(table, on=["clip", "frame"], suffixes=("", "_table"))
+    assert len(r) == 8 and len(got) == len(r)
+    assert (got["ts"] == got["ts_table"]).all() and (got["ts"] >= 2).all()
+    assert set(r["clip"]) <= {"cam0", "cam2"}
+
 def test_limit_gap_coordinates_keep_clips_apart():
     from vidql.engine.clips import ClipMap
     from vidql.queries import limit_query
