@@ -124,7 +124,8 @@ class LabelCache:
 
     def _check_range(self, frames: np.ndarray) -> np.ndarray:
         frames = np.asarray(frames, dtype=np.int64).ravel()
-        if len(frames) and (frames.min() < 0 or frames.max() >= self.n_frames):
+        # one pass: a negative position, seen unsigned, is beyond any video
+        if len(frames) and frames.view(np.uint64).max() >= self.n_frames:
             bad = frames[(frames < 0) | (frames >= self.n_frames)][0]
             raise VidqlError(f"frame {bad} is outside video {self.video!r} "
                              f"(positions 0..{self.n_frames - 1})")
@@ -362,11 +363,12 @@ class LabelCache:
         (label, min_score) key, read from the catalog once per frame and key."""
         if not keys:
             return np.zeros((len(frames), 0), dtype=np.int32)
-        for key in keys:
+        got = np.empty((len(frames), len(keys)), dtype=np.int32)
+        for i, key in enumerate(keys):
             self._count_key(key)
-        got = [self._counts[k][frames] for k in keys]
-        missing = np.logical_or.reduce([g < 0 for g in got])
-        if missing.any():
+            got[:, i] = self._counts[key][frames]
+        if got.min(initial=0) < 0:
+            missing = (got < 0).any(axis=1)
             # frames labelled before this cache counted them (an index's, say): all in one
             # statement when they are few, else those asked now and a chunk of the others,
             # twice as many each time (a statement costs ~3 ms however few frames it counts)
@@ -376,8 +378,9 @@ class LabelCache:
                 pending = np.union1d(frames[missing], pending[:self._counts_chunk])
                 self._counts_chunk *= 2
             self._load_counts(pending, keys)
-            got = [self._counts[k][frames] for k in keys]
-        return np.column_stack(got)
+            for i, key in enumerate(keys):
+                got[:, i] = self._counts[key][frames]
+        return got
 
     def count_from(self, frames: np.ndarray, detections: pd.DataFrame) -> None:
         """Count statistics of `frames` (global positions, all labelled by this cache's

@@ -106,3 +106,19 @@ def test_a_query_counts_a_cache_hit_once_and_only_for_earlier_labels(small_traff
         more = db.sql("SELECT AVG(objects('car')) FROM t ERROR WITHIN 0.3 SEED 3")
         calls, hits = more.report.oracle_calls, more.report.cache_hits
         assert 0 < hits <= used and calls + hits >= int(more.df()["frames"][0])
+
+
+def test_a_frame_outside_the_video_is_refused_before_any_oracle_call(counter_clip,
+                                                                      oracle_module, tmp_path):
+    with _db_with_oracle(tmp_path / "db.vidql", counter_clip) as db:
+        cache = db.labels("clip")
+        n = cache.n_frames
+        values = cache.true_values("objects('car')")
+        for bad in ([-1], [0, n], [3, -(2**62)]):
+            with pytest.raises(vidql.VidqlError, match=rf"frame {bad[-1]} is outside video"):
+                values(np.array(bad))
+            with pytest.raises(vidql.VidqlError, match="is outside video"):
+                cache.ensure(np.array(bad))
+        assert sum(oracle_module.CALLS) == 0 and len(cache.labelled_frames) == 0
+        (ok,) = values(np.array([0, n - 1]))
+        assert len(ok) == 2 and sum(oracle_module.CALLS) == 2
