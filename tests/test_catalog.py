@@ -108,6 +108,33 @@ def test_a_query_over_labels_reads_no_probe_result(traffic_db, monkeypatch):
                       ).df().iloc[0, 0] == 5
 
 
+def test_a_query_reads_the_clip_table_once_and_a_change_is_seen_next(traffic_db):
+    """A statement reads a video's clip table once (a query's first read it for checking the
+    files, for the clip map and for its index); a catalog change is seen by the next one."""
+    clip_sql = "SELECT * FROM vidql.clips WHERE video = ? ORDER BY ordinal"
+
+    class Counting:
+        def __init__(self, con):
+            self.con, self.reads = con, 0
+
+        def execute(self, sql, *args):
+            self.reads += sql == clip_sql
+            return self.con.execute(sql, *args)
+
+        def __getattr__(self, name):
+            return getattr(self.con, name)
+
+    with vidql.connect(traffic_db, progress=False) as db:
+        db.sql("CREATE INDEX t_idx ON t USING TASTI WITH (embedder = 'pixel', reps = 20, seed = 0)")
+    with vidql.connect(traffic_db, progress=False) as db:
+        db.catalog.con = counting = Counting(db.catalog.con)
+        db.sql("SELECT AVG(objects('car')) FROM t ORACLE BUDGET 20 SEED 1")
+        assert counting.reads == 1
+        clip = db.catalog.clip_table("t")["clip"].iloc[0]
+        db.sql(f"ALTER VIDEO t SET START '{clip}' = TIMESTAMP '2026-11-02 08:00:00'")
+        assert str(db.catalog.clip_table("t")["start_ts"].iloc[0]) == "2026-11-02 08:00:00"
+
+
 def test_oracle_errors(tmp_path):
     with vidql.connect() as db:
         with pytest.raises(OracleError, match="not found"):
