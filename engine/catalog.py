@@ -141,8 +141,13 @@ class Catalog:
         finally:
             if outer:
                 self._video_rows = None
-                self._statement_caches.clear()
-                self._clip_tables.clear()
+                self._forget_lookups()
+
+    def _forget_lookups(self) -> None:
+        """Forget the label caches and clip tables a statement looked up (it ended, or the
+        catalog changed)."""
+        self._statement_caches.clear()
+        self._clip_tables.clear()
 
     def flush_labels(self) -> None:
         """Merge the label batches waiting in the journal into the catalog tables: before
@@ -165,8 +170,7 @@ class Catalog:
         self.flush_labels()
         if self._video_rows is not None:
             self._video_rows.clear()
-        self._statement_caches.clear()
-        self._clip_tables.clear()
+        self._forget_lookups()
         self.con.execute("BEGIN TRANSACTION")
         try:
             for sql, params in statements:
@@ -371,8 +375,7 @@ class Catalog:
             del self._checked[key]
         for key in [k for k in self._caches if k[0] == name]:
             del self._caches[key]
-        self._statement_caches.clear()
-        self._clip_tables.clear()
+        self._forget_lookups()
 
     @staticmethod
     def _timestamps(info) -> np.ndarray:
@@ -756,7 +759,7 @@ class Catalog:
         for cache in self._caches.values():
             getattr(cache.oracle, "close", lambda: None)()
         self._caches.clear()
-        self._statement_caches.clear()
+        self._forget_lookups()
         self.executor = executor
 
     def lowres_source(self, video: str):

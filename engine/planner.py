@@ -30,7 +30,8 @@ OPERATORS = {
     "rare": "EZMODE rare-event search",
 }
 INTEGER_TYPES = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT")  # frame-function keys
-ROW_KINDS = ("limit", "select_recall", "select_precision", "rare")  # answered with frame rows
+# selections: answered with frame rows, each needs a WHERE over frame functions
+SELECTION_KINDS = ("limit", "select_recall", "select_precision", "rare")
 
 
 class Binding:
@@ -73,7 +74,7 @@ class Binding:
         (on clip, frame, ts, start_ts), ascending, and, for a query answered with frame
         rows, their `ts` (read in the same statement: a second one to look up the answer's
         rows cost 6 ms, however few, at 10k frames)."""
-        rows = q.kind in ROW_KINDS
+        rows = q.kind in SELECTION_KINDS
         try:
             got = db.catalog.con.execute(self.kept_sql("ts" if rows else None),
                                          [self.video]).fetchnumpy()
@@ -192,7 +193,7 @@ def _check_runnable(q: Query, video: str, has_index: bool, index_note: str | Non
                          "(each frame's group needs the oracle): use ORACLE BUDGET n, or "
                          "GROUP BY the video table's columns, e.g. floor(ts / 60)",
                          q.text, max(group_at, 0))
-    if q.kind in ("limit", "select_recall", "select_precision", "rare") and (
+    if q.kind in SELECTION_KINDS and (
             predicate_expr(q) is None):
         raise QueryError("this query needs a WHERE clause over frame functions, e.g. "
                          "WHERE contains('bus')", q.text, 0)
