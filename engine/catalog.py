@@ -127,6 +127,7 @@ class Catalog:
             con.execute(CATALOG_SQL)
             upgrade_catalog(self)
             self.journal.replay()  # batches a killed process made durable but never merged
+            self.journal.open()
 
     @contextmanager
     def statement(self):

@@ -192,6 +192,48 @@ def test_a_query_fsyncs_a_nearly_free_oracle_once(small_traffic, tmp_path, synce
         assert len(synced) == 1 and np.isin(np.arange(250, 282), cache.labelled_frames).all()
 
 
+@pytest.mark.skipif(not hasattr(os, "posix_fadvise"), reason="posix_fadvise is Linux/POSIX only")
+def test_the_first_bytes_since_a_fsync_are_handed_to_the_disk_at_once(small_traffic, tmp_path,
+                                                                        monkeypatch):
+    """Inside a query's labelling, a nearly free oracle's first batch since the last fsync
+    is handed to the disk as soon as it is written (a query labelling a few frames writes
+    far less than WRITE_BACK_BYTES), so the fsync before the answer finds it written; the
+    batches after it wait for WRITE_BACK_BYTES, and the next labelling starts afresh."""
+    hints = []
+    fadvise = os.posix_fadvise
+    monkeypatch.setattr(os, "posix_fadvise", lambda fd, at, size, advice: hints.append(
+        at) or fadvise(fd, at, size, advice))
+    with _traffic(tmp_path / "h.db", small_traffic) as db:
+        cache = db.labels("t")
+        journal = db.artifacts / "labels.journal"
+        for query in range(2):
+            start = journal.stat().st_size
+            hints.clear()
+            with cache.labelling(f"query {query}"):
+                cache.ensure(np.arange(10 * query, 10 * query + 4))
+                assert hints == [start]
+                cache.ensure(np.arange(10 * query + 150, 10 * query + 154))
+            assert hints == [start] and journal.stat().st_size > start
+
+
+def test_a_read_write_database_opens_its_journal_with_it(small_traffic, tmp_path, monkeypatch):
+    """The journal file is opened when a read-write database opens (and emptied in place
+    after a merge), so that no query's first batch waits to open it."""
+    opened = []
+    real = os.open
+    with _traffic(tmp_path / "o.db", small_traffic) as db:
+        db.sql("SELECT 1").fetchall()
+    monkeypatch.setattr(labeljournal.os, "open", lambda *a, **k: opened.append(a[0]) or real(*a, **k))
+    with _traffic(tmp_path / "o.db", small_traffic) as db:
+        assert [str(p) for p in opened] == [str(db.artifacts / "labels.journal")]
+        db.sql("SELECT AVG(objects('car')) FROM t ERROR WITHIN 0.5 SEED 1")
+        db.catalog.flush_labels()  # merged: the journal is emptied through the same file
+        assert (db.artifacts / "labels.journal").stat().st_size == 0
+        db.labels("t").ensure(np.arange(280, 290))
+        assert len(read_records((db.artifacts / "labels.journal").read_bytes())) == 1
+    assert len(opened) == 1
+
+
 def test_records_keep_detections_in_the_narrowest_exact_dtypes():
     """A detector's float32 output is written as float32, whole-pixel boxes with score 1 (a
     ground-truth table) as int16, frames as int32 and label codes as int16: a half or a
