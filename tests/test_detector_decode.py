@@ -290,3 +290,44 @@ def test_engine_prepares_batches_on_the_decoding_side(fake_detector, counter_cli
     assert cars.item() == 120  # the decoder cannot run more than a few batches ahead
     assert len(threads) == 15 and all(name.startswith("vidql-transform") for name in threads)
     assert decoders == {mine + DECODER_NICE}
+
+
+def test_class_wise_nms_keeps_what_torchvision_keeps():
+    """The numpy NMS keeps the indices torchvision's `batched_nms` keeps, in its order (by
+    falling score), on random boxes of a few classes at several IoU thresholds."""
+    import torch
+    import torchvision
+
+    from vidql.engine.oracle_models import _class_wise_nms
+
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        n = int(rng.integers(0, 120))
+        corner = rng.random((n, 2)) * 400
+        boxes = np.hstack([corner, corner + rng.random((n, 2)) * 80 + 1]).astype(np.float32)
+        scores = rng.random(n).astype(np.float32)
+        classes = rng.integers(0, int(rng.integers(1, 6)), n)
+        iou = float(rng.choice([0.3, 0.45, 0.65]))
+        expected = torchvision.ops.batched_nms(torch.from_numpy(boxes), torch.from_numpy(scores),
+                                               torch.from_numpy(classes), iou).numpy()
+        np.testing.assert_array_equal(_class_wise_nms(boxes, scores, classes, iou), expected)
+
+
+def test_the_onnx_oracle_labels_without_importing_torch(tmp_path):
+    """A process that only labels with an ONNX detector never imports torch (1.3-3.8 s a
+    process here, which its first batch used to pay inside the oracle's measured time)."""
+    import subprocess
+    import sys
+
+    anchors = 2100
+    out = np.zeros((4 + 80, anchors), dtype=np.float32)
+    out[:4, :2] = [[100, 102], [140, 141], [40, 40], [20, 20]]
+    out[4 + BUS, :2] = [0.9, 0.8]  # two overlapping buses: NMS keeps one
+    constant_onnx(tmp_path / "m.onnx", out, (320, 320))
+    code = (f"import sys, numpy as np\nfrom vidql.engine.oracle_models import OnnxDetector\n"
+            f"det = OnnxDetector('m', {str(tmp_path / 'm.onnx')!r}, score=0.3, nms=0.45)\n"
+            "df = det.detect(np.zeros((1, 240, 320, 3), dtype=np.uint8), np.array([0]))\n"
+            "print(len(df), 'torch' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["1", "False"]
