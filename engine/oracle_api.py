@@ -50,6 +50,9 @@ class Oracle(ABC):
     nearly_free: bool = False
     sources: tuple[Path, ...] = ()  # files whose bytes the identity hashes (labels, weights, code)
     labels: tuple[str, ...] | None = None  # every label it can give, when known ahead
+    # seconds of one-time set-up spent inside its detect calls so far (an ONNX detector's
+    # thread choice): the label cache leaves them out of the cost per frame it records
+    setup_seconds: float = 0.0
 
     @abstractmethod
     def detect(self, frames, frame_ids: np.ndarray) -> pd.DataFrame:
