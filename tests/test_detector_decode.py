@@ -357,3 +357,24 @@ def test_the_thread_choice_is_no_cost_per_frame(tmp_path, small_traffic, monkeyp
         cache = db.labels("t")
         per_frame = db.catalog.measured_ms_per_frame(cache.oracle.identity)
     assert 0 < per_frame * 8 < 400, per_frame
+
+
+def test_a_ray_oracle_worker_leaves_the_thread_choice_out_of_its_seconds(tmp_path, small_traffic,
+                                                                         monkeypatch):
+    """A Ray actor's oracle (`OracleWorker`, run here in this process) reports its seconds
+    without its one-time thread choice, as the local label cache records them."""
+    import time
+
+    from vidql.engine.ray_executor import OracleWorker
+    from vidql.preprocess.probe import probe_video
+
+    constant_onnx(tmp_path / "m.onnx", np.zeros((4 + 80, 2100), dtype=np.float32), (320, 320))
+    choose = OnnxDetector._choose_threads
+    monkeypatch.setattr(OnnxDetector, "_choose_threads",
+                        lambda self, blobs: time.sleep(0.5) or choose(self, blobs))
+    worker = OracleWorker(("m", "ONNX", str(tmp_path / "m.onnx"), {"batch_size": 4}), None)
+    frames = np.arange(8)
+    ids, _, seconds = worker.label([(frames, frames + 100, "t", True)],
+                                   probe_video(small_traffic[0]))
+    np.testing.assert_array_equal(ids, frames + 100)
+    assert 0 < seconds < 0.4 and worker.oracle.setup_seconds >= 0.5
