@@ -80,7 +80,7 @@ def sampled_query(ctx: BenchContext, model, n: int, budget: int) -> dict:
 
     video, _ = ensure_traffic(ctx.cache_dir, n, seed=1)
     with _onnx_database(ctx.out_dir / "oracle-sampled.db", video, model) as db:
-        importlib.import_module("vidql.queries")  # as a long-lived process has it (scipy)
+        importlib.import_module("vidql.queries")  # loaded, as a long-lived process has it
         t0 = time.perf_counter()
         db.sql(f"SELECT AVG(objects('car')) FROM clip ORACLE BUDGET {budget} SEED {ctx.seed}")
         wall = time.perf_counter() - t0

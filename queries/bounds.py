@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy import stats
 
 SERFLING_KAPPA = 7.0 / 3.0 + 3.0 / math.sqrt(2.0)
 
@@ -85,6 +84,8 @@ def hypergeom_lower_count(successes: int, sample: int, population: int, delta: f
     showed `successes` positives (exact one-sided bound: P(K_true >= result) >= 1-delta)."""
     if sample == 0 or successes == 0:
         return successes
+    from scipy import stats  # 0.4-0.5 s to import: only the queries that need it load it
+
     low, high = successes, population - (sample - successes)
     # P(X >= successes | K) increases with K; find the smallest K where it exceeds delta.
     if stats.hypergeom.sf(successes - 1, population, low, sample) > delta:

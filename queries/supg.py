@@ -17,7 +17,6 @@ import math
 from typing import Callable
 
 import numpy as np
-from scipy import stats
 
 from vidql.ranges import MIN_SUPG_BUDGET, PRECISION_TARGET
 
@@ -36,6 +35,8 @@ def sampling_distribution(proxy: np.ndarray, uniform_mix: float = 0.1) -> np.nda
     scores: proxies outside [0, 1] are rank-normalised first."""
     scores = np.array(proxy, dtype=np.float64)
     if scores.min() < 0.0 or scores.max() > 1.0:
+        from scipy import stats  # 0.4-0.5 s to import: only the queries that need it load it
+
         scores = stats.rankdata(scores) / scores.size
     root = np.sqrt(scores)
     n = scores.size

@@ -23,9 +23,9 @@ with vidql.connect(sys.argv[2], progress=False) as db:
 """
 
 
-def _loaded(db_path, *queries) -> list[list[str]]:
-    """Heavy modules loaded in a fresh process after `import vidql` and after each query."""
-    out = subprocess.run([sys.executable, "-c", CHECK, json.dumps(HEAVY), str(db_path), *queries],
+def _loaded(db_path, *queries, heavy=HEAVY) -> list[list[str]]:
+    """`heavy` modules loaded in a fresh process after `import vidql` and after each query."""
+    out = subprocess.run([sys.executable, "-c", CHECK, json.dumps(heavy), str(db_path), *queries],
                          capture_output=True, text=True, check=True).stdout
     return [json.loads(line) for line in out.splitlines()]
 
@@ -60,3 +60,18 @@ def test_queries_over_an_index_load_no_torch(traffic_db):
     loaded = _loaded(traffic_db, aggregate, limit)
     assert all("torch" not in step and "torchvision" not in step for step in loaded), loaded
     assert "faiss" in loaded[-1]
+
+
+def test_scipy_stats_loads_only_for_the_selection_targets(traffic_db):
+    """`scipy.stats` (0.4-0.5 s to import, paid by every `vidql sql` process) loads only for
+    the bounds that need it (the selection targets'): aggregates, budgets and LIMIT,
+    labelling as they go, answer without it, and a PRECISION TARGET loads it."""
+    with vidql.connect(traffic_db, progress=False) as db:
+        db.sql("CREATE INDEX ti ON t USING TASTI WITH (embedder = 'pixel', reps = 30, seed = 1)")
+    queries = ["SELECT AVG(objects('car')) FROM t ERROR WITHIN 0.5 SEED 1",
+               "SELECT COUNT(*) FROM t WHERE contains('bus') ORACLE BUDGET 40 SEED 1",
+               "SELECT frame FROM t WHERE objects('car') >= 3 LIMIT 2 GAP 5 SEED 1",
+               "SELECT frame FROM t WHERE objects('car') >= 2 PRECISION TARGET 90% "
+               "ORACLE BUDGET 100 SEED 1"]
+    loaded = _loaded(traffic_db, *queries, heavy=["scipy.stats"])
+    assert loaded == [[], [], [], [], ["scipy.stats"]], loaded
