@@ -150,10 +150,11 @@ class LabelJournal:
         WRITE_BACK_BYTES wait (each hand-over costs 50-100 us). Only a hint, where the
         system takes it (POSIX_FADV_DONTNEED starts the writeback on Linux); a thread
         syncing meanwhile cost more, in switches, than the wait it saved."""
-        first = self._written_back <= self._synced
-        if self._fd is None or self._size == self._written_back or not hasattr(
-                os, "posix_fadvise") or (self._size - self._written_back < WRITE_BACK_BYTES
-                                         and not first):
+        if self._fd is None or self._size == self._written_back or \
+                not hasattr(os, "posix_fadvise"):
+            return
+        first = self._written_back == self._synced  # nothing handed over since the last fsync
+        if not first and self._size - self._written_back < WRITE_BACK_BYTES:
             return
         try:
             os.posix_fadvise(self._fd, self._written_back, 0, os.POSIX_FADV_DONTNEED)
