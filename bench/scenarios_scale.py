@@ -238,12 +238,9 @@ def measure_query(db, sql: str, detections) -> dict:
     """Run the planner's operator on arrays, then `sql`, with the same seed and inputs (the
     arrays first: the SQL query cracks the index, which changes its proxy)."""
     from vidql.engine.dialect import parse
-    from vidql.engine.planner import Binding
 
     q = parse(sql)
-    # the proxy and seed the query will see (before it cracks)
-    seed = Binding(db, q).sampling_seed(q.clauses.seed)
-    array_seconds, hot_seconds, array_calls, array_df = array_operator(db, q, detections, seed)
+    array_seconds, hot_seconds, array_calls, array_df = array_operator(db, q, detections)
     t0 = time.perf_counter()
     df = db.sql(sql).df()
     seconds = time.perf_counter() - t0
@@ -270,10 +267,11 @@ def measure_query(db, sql: str, detections) -> dict:
             "same_answer": same, "answer": sql_answer}
 
 
-def array_operator(db, q, detections, seed: int) -> tuple:
+def array_operator(db, q, detections) -> tuple:
     """The planner's own operator call for `q` (engine/planner.py `run_operator`) on a copy
-    of its binding whose true values come from `detections` instead of the label cache:
-    (seconds, hot seconds, distinct frames asked, the relation). It runs three times: a
+    of its binding whose true values come from `detections` instead of the label cache,
+    with the proxy and seed the SQL query will see (it runs before that query cracks the
+    index): (seconds, hot seconds, distinct frames asked, the relation). It runs three times: a
     warm-up (imports, mapped files, which the SQL query then finds warm too), then right
     after a run of its own (`hot`: caches warm for the very code it runs next), then right
     after binding the query anew, as the SQL query's operator starts (`seconds`, the
@@ -320,6 +318,7 @@ def array_operator(db, q, detections, seed: int) -> tuple:
         return time.perf_counter() - t0 - setup[0], int(asked.sum()), df
 
     b = Binding(db, q)
+    seed = b.sampling_seed(q.clauses.seed)
     timed_run(b)  # warm-up
     hot, _, _ = timed_run(b)
     seconds, calls, df = timed_run(Binding(db, q))
