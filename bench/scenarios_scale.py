@@ -64,7 +64,8 @@ QUERIES = {
                  "FIND RARE ORACLE BUDGET 500",
 }
 QUERY_FIGURES = ("sql", "seconds", "oracle_calls", "cache_hits", "labels_used", "oracle_seconds",
-                 "cracking_seconds", "operator_seconds", "array_seconds", "array_seconds_hot",
+                 "cracking_seconds", "operator_seconds", "fsync_seconds", "array_seconds",
+                 "array_seconds_hot",
                  "array_oracle_calls", "engine_overhead", "label_path_overhead",
                  "label_path_overhead_hot", "same_answer", "answer",
                  "label_path_overhead_runs", "engine_overhead_runs")
@@ -259,6 +260,7 @@ def measure_query(db, sql: str, detections) -> dict:
             "oracle_seconds": report.oracle_seconds,
             "cracking_seconds": report.seconds.get("cracking", 0.0) + db.indexes.crack_seconds,
             "operator_seconds": report.seconds["total"],
+            "fsync_seconds": report.seconds.get("fsync", 0.0),
             "array_seconds": array_seconds, "array_seconds_hot": hot_seconds,
             "array_oracle_calls": array_calls, "engine_overhead": seconds / baseline,
             "label_path_overhead": report.seconds["total"] / baseline,
@@ -379,8 +381,9 @@ def run_scale(ctx: BenchContext) -> ScenarioResult:
              "seconds are the measured lookup time",
              "engine_overhead = SQL wall time / (operator on arrays with the same seed and proxy "
              "+ oracle seconds); label_path_overhead = the operator's time inside the SQL query "
-             "(label cache, journal and oracle included) / the same sum; same_answer says the "
-             "two runs agreed; each query runs QUERY_REPEATS times on fresh copies and its "
+             "(label cache, journal and oracle included) / the same sum; fsync_ms = the part of "
+             "the operator's time spent making its new labels durable (the journal's fsync and "
+             "write-back hand-overs: the disk's wait); same_answer says the two runs agreed; each query runs QUERY_REPEATS times on fresh copies and its "
              f"figures are the run with the median label_path_overhead (of {QUERY_REPEATS})",
              f"index options: {index_options or 'engine defaults'}; load options: "
              f"{load_options or 'none'}"]
@@ -399,12 +402,13 @@ def table_rows(runs: dict) -> list[dict]:
                          "oracle_calls": part.get("oracle_calls", 0),
                          "peak_rss_mb": round(part["peak_rss_mb"]),
                          "disk_mb": round(part.get("disk_mb", 0.0), 1), "engine_overhead": "",
-                         "label_path_overhead": ""})
+                         "label_path_overhead": "", "fsync_ms": ""})
         for kind, q in run["queries"].items():
             rows.append({"frames": n, "step": kind, "seconds": round(q["seconds"], 3),
                          "oracle_calls": q["oracle_calls"], "peak_rss_mb": "", "disk_mb": "",
                          "engine_overhead": round(q["engine_overhead"], 2),
-                         "label_path_overhead": round(q["label_path_overhead"], 2)})
+                         "label_path_overhead": round(q["label_path_overhead"], 2),
+                         "fsync_ms": round(q["fsync_seconds"] * 1e3, 2)})
     return rows
 
 

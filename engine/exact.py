@@ -105,6 +105,7 @@ def run_exact(catalog: Catalog, sql: str, videos: list[str],
             stats.cache_hits += delta.cache_hits
             stats.oracle_seconds += delta.oracle_seconds
             stats.decode_seconds += delta.decode_seconds
+            stats.fsync_seconds += delta.fsync_seconds
             catalog.flush_labels()  # the shadow table reads the labels from the catalog tables
             variables.append(catalog.oracle_variable(video))
             catalog.con.execute(f"SET VARIABLE {quote_name(variables[-1])} = ?", [cache.oracle.identity])

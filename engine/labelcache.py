@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from typing import Callable
 
 import numpy as np
@@ -46,22 +46,21 @@ CREATE TABLE IF NOT EXISTS vidql.oracle_costs (
 @dataclass
 class LabelStats:
     """What a query cost: frames sent to the oracle, frames answered from labels made
-    before it."""
+    before it, and seconds: the oracle's, waiting for decoded frames, and making the new
+    labels durable (the journal's fsyncs and write-back hand-overs)."""
 
     oracle_calls: int = 0
     cache_hits: int = 0
     oracle_seconds: float = 0.0
     decode_seconds: float = 0.0
+    fsync_seconds: float = 0.0
 
     def snapshot(self) -> "LabelStats":
-        return LabelStats(self.oracle_calls, self.cache_hits, self.oracle_seconds,
-                          self.decode_seconds)
+        return replace(self)
 
     def since(self, earlier: "LabelStats") -> "LabelStats":
-        return LabelStats(self.oracle_calls - earlier.oracle_calls,
-                          self.cache_hits - earlier.cache_hits,
-                          self.oracle_seconds - earlier.oracle_seconds,
-                          self.decode_seconds - earlier.decode_seconds)
+        return LabelStats(*(getattr(self, f.name) - getattr(earlier, f.name)
+                            for f in fields(self)))
 
 
 class NoBar:
@@ -168,6 +167,7 @@ class LabelCache:
         own = self._bar is None
         bar = self._progress(desc or f"labelling {self.video} with {self.oracle.name}",
                              len(todo)) if own else self._bar
+        synced = self.journal.sync_seconds
         try:
             stream = getattr(self.oracle, "detect_stream", None)  # batches in flight at once
             if stream is not None:
@@ -204,6 +204,7 @@ class LabelCache:
                 self.journal.write_back_soon()
             else:
                 self.journal.sync()
+            self.stats.fsync_seconds += self.journal.sync_seconds - synced
             self._cost = [0, 0.0]
             if own:
                 bar.close()
@@ -248,7 +249,9 @@ class LabelCache:
         try:
             yield self._bar
         finally:
+            synced = self.journal.sync_seconds
             self.journal.sync()
+            self.stats.fsync_seconds += self.journal.sync_seconds - synced
             self._bar.close()
             self._bar, self._seen = None, None
 

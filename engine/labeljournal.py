@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import os
 import struct
+import time
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -121,6 +122,7 @@ class LabelJournal:
         self._size = self._written_back = 0  # the file's bytes; of them, those written back
         self._synced = 0  # the file's bytes at the last fsync
         self._pending_frames = self._pending_rows = 0
+        self.sync_seconds = 0.0  # spent making writes durable: fsyncs and write-back hand-overs
 
     def open(self) -> None:
         """Open the journal file for appending, if it is not open. A read-write catalog
@@ -156,16 +158,20 @@ class LabelJournal:
         first = self._written_back == self._synced  # nothing handed over since the last fsync
         if not first and self._size - self._written_back < WRITE_BACK_BYTES:
             return
+        t0 = time.perf_counter()
         try:
             os.posix_fadvise(self._fd, self._written_back, 0, os.POSIX_FADV_DONTNEED)
         except OSError:  # a file system that refuses the hint: the fsync does it all
             pass
         self._written_back = self._size
+        self.sync_seconds += time.perf_counter() - t0
 
     def sync(self) -> None:
         """fsync what `append` wrote since the last sync, if anything."""
         if self._unsynced and self._fd is not None:
+            t0 = time.perf_counter()
             sync_file(self._fd)
+            self.sync_seconds += time.perf_counter() - t0
             self._synced = self._written_back = self._size
         self._unsynced = False
 
@@ -186,8 +192,10 @@ class LabelJournal:
     def truncate(self) -> None:
         """Empty the journal file (durably)."""
         self.open()
+        t0 = time.perf_counter()
         os.ftruncate(self._fd, 0)
         sync_file(self._fd)
+        self.sync_seconds += time.perf_counter() - t0
         self._unsynced = False
         self._size = self._written_back = self._synced = 0
 

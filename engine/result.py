@@ -39,6 +39,7 @@ class Report:
         self.oracle_seconds += stats.oracle_seconds
         self.seconds["oracle"] = self.seconds.get("oracle", 0.0) + stats.oracle_seconds
         self.seconds["decode"] = self.seconds.get("decode", 0.0) + stats.decode_seconds
+        self.seconds["fsync"] = self.seconds.get("fsync", 0.0) + stats.fsync_seconds
 
     def _stage(self, name: str, seconds: float) -> str:
         if name == "oracle" and self.simulated_cost_ms is not None:

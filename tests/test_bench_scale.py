@@ -42,6 +42,7 @@ def test_scale_scenario_reports_every_figure(tmp_path, monkeypatch):
         assert set(QUERY_FIGURES) <= set(figures_of_kind), kind
         assert clause in figures_of_kind["sql"], kind
         assert figures_of_kind["same_answer"], kind  # the planner's operator on arrays agrees
+        assert 0 <= figures_of_kind["fsync_seconds"] <= figures_of_kind["operator_seconds"], kind
         runs = figures_of_kind["label_path_overhead_runs"]
         assert len(runs) == QUERY_REPEATS and figures_of_kind["label_path_overhead"] == \
             sorted(runs)[(QUERY_REPEATS - 1) // 2], kind
