@@ -65,8 +65,7 @@ QUERIES = {
 }
 QUERY_FIGURES = ("sql", "seconds", "oracle_calls", "cache_hits", "labels_used", "oracle_seconds",
                  "cracking_seconds", "operator_seconds", "fsync_seconds", "array_seconds",
-                 "array_seconds_hot",
-                 "array_oracle_calls", "engine_overhead", "label_path_overhead",
+                 "array_seconds_hot", "array_oracle_calls", "engine_overhead", "label_path_overhead",
                  "label_path_overhead_hot", "same_answer", "answer",
                  "label_path_overhead_runs", "engine_overhead_runs")
 
@@ -383,7 +382,8 @@ def run_scale(ctx: BenchContext) -> ScenarioResult:
              "+ oracle seconds); label_path_overhead = the operator's time inside the SQL query "
              "(label cache, journal and oracle included) / the same sum; fsync_ms = the part of "
              "the operator's time spent making its new labels durable (the journal's fsync and "
-             "write-back hand-overs: the disk's wait); same_answer says the two runs agreed; each query runs QUERY_REPEATS times on fresh copies and its "
+             "write-back hand-overs: the disk's wait); same_answer says the two runs agreed; "
+             "each query runs QUERY_REPEATS times on fresh copies and its "
              f"figures are the run with the median label_path_overhead (of {QUERY_REPEATS})",
              f"index options: {index_options or 'engine defaults'}; load options: "
              f"{load_options or 'none'}"]

@@ -100,12 +100,7 @@ def run_exact(catalog: Catalog, sql: str, videos: list[str],
                                    (bounds or {}).get(video))
             if not known:
                 cache.ensure(frames, desc=f"exact query: labelling {video}")
-            delta = cache.stats.since(before)
-            stats.oracle_calls += delta.oracle_calls
-            stats.cache_hits += delta.cache_hits
-            stats.oracle_seconds += delta.oracle_seconds
-            stats.decode_seconds += delta.decode_seconds
-            stats.fsync_seconds += delta.fsync_seconds
+            stats = stats.plus(cache.stats.since(before))
             catalog.flush_labels()  # the shadow table reads the labels from the catalog tables
             variables.append(catalog.oracle_variable(video))
             catalog.con.execute(f"SET VARIABLE {quote_name(variables[-1])} = ?", [cache.oracle.identity])

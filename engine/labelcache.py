@@ -62,6 +62,10 @@ class LabelStats:
         return LabelStats(*(getattr(self, f.name) - getattr(earlier, f.name)
                             for f in fields(self)))
 
+    def plus(self, other: "LabelStats") -> "LabelStats":
+        return LabelStats(*(getattr(self, f.name) + getattr(other, f.name)
+                            for f in fields(self)))
+
 
 class NoBar:
     """A progress bar that is not drawn."""

@@ -169,11 +169,14 @@ class LabelJournal:
     def sync(self) -> None:
         """fsync what `append` wrote since the last sync, if anything."""
         if self._unsynced and self._fd is not None:
-            t0 = time.perf_counter()
-            sync_file(self._fd)
-            self.sync_seconds += time.perf_counter() - t0
+            self._fsync()
             self._synced = self._written_back = self._size
         self._unsynced = False
+
+    def _fsync(self) -> None:
+        t0 = time.perf_counter()
+        sync_file(self._fd)
+        self.sync_seconds += time.perf_counter() - t0
 
     @property
     def full(self) -> bool:
@@ -192,10 +195,8 @@ class LabelJournal:
     def truncate(self) -> None:
         """Empty the journal file (durably)."""
         self.open()
-        t0 = time.perf_counter()
         os.ftruncate(self._fd, 0)
-        sync_file(self._fd)
-        self.sync_seconds += time.perf_counter() - t0
+        self._fsync()
         self._unsynced = False
         self._size = self._written_back = self._synced = 0
 
