@@ -41,7 +41,7 @@ def run(names: list[str], ctx: BenchContext) -> dict:
     registry = load_scenarios()
     unknown = [n for n in names if n not in registry]
     if unknown:
-        from vidql.errors import ParameterError
+        from vidql.base.errors import ParameterError
 
         raise ParameterError(f"unknown scenario(s) {', '.join(unknown)}; "
                              f"available: {', '.join(sorted(registry))}")

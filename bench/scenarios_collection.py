@@ -96,7 +96,7 @@ def real_clips(ctx: BenchContext) -> tuple[Path, Path] | None:
 def exact_means(labels: Path, clip_frames: dict[str, int]) -> dict[str, float]:
     """The exact AVG of STAT per clip and over all clips ('*'), from the label file."""
     from vidql.datasets import read_labels
-    from vidql.engine.framestat import evaluate
+    from vidql.engine.sql.framestat import evaluate
 
     truth = read_labels(labels)
     sums = {}
@@ -165,7 +165,7 @@ def query_step(db_path: str, sqls: dict) -> dict:
 
 def query_figures(db, sql: str) -> dict:
     """One query's figures (see query_step), or {"sql", "refused"} when vidql refuses it."""
-    from vidql.errors import VidqlError
+    from vidql.base.errors import VidqlError
 
     t0 = time.perf_counter()
     try:

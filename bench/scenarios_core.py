@@ -40,7 +40,7 @@ def decode_only(ctx: BenchContext) -> ScenarioResult:
 @scenario("oracle-throughput", "oracle throughput: YOLOX-Nano (onnxruntime) and a LABELS oracle, frames/s")
 def oracle_throughput(ctx: BenchContext) -> ScenarioResult:
     from vidql.datasets import ensure_traffic
-    from vidql.engine.oracle_kinds import make_oracle
+    from vidql.engine.labels.oracle_kinds import make_oracle
     from vidql.preprocess.frames import FrameReader
 
     rows = []

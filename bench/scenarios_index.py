@@ -26,12 +26,12 @@ from scipy.stats import spearmanr
 from sklearn.metrics import roc_auc_score
 
 from vidql.bench.registry import BenchContext, ScenarioResult, pyplot, scenario
-from vidql.engine.framestat import evaluate
+from vidql.engine.sql.framestat import evaluate
 from vidql.indexes import CompactCNN, TastiIndex, embed_source, propagate
 from vidql.indexes.embedders import network_embedder
 from vidql.indexes.network import to_tensor
 from vidql.indexes.triplet import random_lighting
-from vidql.engine.framestat import frame_statistic
+from vidql.engine.sql.framestat import frame_statistic
 
 STATISTICS = {  # statistic -> quality metric
     "objects('car')": "rho",

@@ -18,7 +18,7 @@ from vidql.queries import (aggregate_budget, aggregate_error_bound, find_rare, l
                            recall_adaptive, recall_binomial, recall_normal, supg_precision)
 
 from .registry import BenchContext, ScenarioResult, pyplot, scenario
-from vidql.engine.framestat import frame_statistic
+from vidql.engine.sql.framestat import frame_statistic
 
 TARGETS = {
     "agg": "CV >= 10x fewer calls than uniform (same stopping rule), >= 95% of trials within eps",
@@ -112,8 +112,8 @@ def traffic_populations(ctx: BenchContext) -> list[Population]:
 @functools.lru_cache(maxsize=2)
 def _traffic_populations(cache_dir: Path, n: int, seed: int) -> tuple[Population, ...]:
     from vidql.datasets import ensure_traffic, read_labels
-    from vidql.errors import VidqlError
-    from vidql.engine.framestat import evaluate
+    from vidql.base.errors import VidqlError
+    from vidql.engine.sql.framestat import evaluate
     from vidql.indexes import TastiIndex
     from vidql.preprocess.frames import FrameReader
 
@@ -160,8 +160,8 @@ def clip_populations(ctx: BenchContext) -> list[Population]:
 @functools.lru_cache(maxsize=1)
 def _clip_population(data: Path) -> Population:
     import vidql
-    from vidql.engine.dialect import parse
-    from vidql.engine.framestat import parse_frame_expr
+    from vidql.engine.sql.dialect import parse
+    from vidql.engine.sql.framestat import parse_frame_expr
     from vidql.engine.planner import Binding
 
     bus, cars = parse_frame_expr("contains('bus')"), parse_frame_expr("objects('car')")

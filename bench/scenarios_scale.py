@@ -72,7 +72,7 @@ QUERY_FIGURES = ("sql", "seconds", "oracle_calls", "cache_hits", "labels_used", 
 
 def scale_sizes(quick: bool) -> tuple[int, ...]:
     """Frame counts to run: VIDQL_SCALE_SIZES (comma-separated) or the quick/full defaults."""
-    from vidql.errors import ParameterError
+    from vidql.base.errors import ParameterError
 
     text = os.environ.get("VIDQL_SCALE_SIZES", "").strip()
     if not text:
@@ -90,7 +90,7 @@ def scale_sizes(quick: bool) -> tuple[int, ...]:
 def build_options() -> tuple[dict, dict]:
     """(LOAD VIDEO options, CREATE INDEX options): LOAD_OPTIONS and INDEX_OPTIONS, or JSON
     objects in VIDQL_SCALE_LOAD and VIDQL_SCALE_INDEX."""
-    from vidql.errors import ParameterError
+    from vidql.base.errors import ParameterError
 
     chosen = []
     for variable, default in (("VIDQL_SCALE_LOAD", LOAD_OPTIONS),
@@ -237,7 +237,7 @@ def median_run(runs: list[dict]) -> dict:
 def measure_query(db, sql: str, detections) -> dict:
     """Run the planner's operator on arrays, then `sql`, with the same seed and inputs (the
     arrays first: the SQL query cracks the index, which changes its proxy)."""
-    from vidql.engine.dialect import parse
+    from vidql.engine.sql.dialect import parse
 
     q = parse(sql)
     array_seconds, hot_seconds, array_calls, array_df = array_operator(db, q, detections)
@@ -281,7 +281,7 @@ def array_operator(db, q, detections) -> tuple:
     `detections`, which stands in for the oracle, and propagating the proxy."""
     import copy
 
-    from vidql.engine.framestat import evaluate
+    from vidql.engine.sql.framestat import evaluate
     from vidql.engine.planner import Binding, run_operator
 
     setup = [0.0]
@@ -336,7 +336,7 @@ def measure_size(ctx: BenchContext, n: int, load_options: dict, index_options: d
     """Generate (or reuse) N frames of traffic, then load, index and query them."""
     from vidql.database import artifacts_dir_for
     from vidql.datasets import ensure_traffic, read_labels
-    from vidql.engine.framestat import evaluate
+    from vidql.engine.sql.framestat import evaluate
 
     t0 = time.perf_counter()
     video, labels = ensure_traffic(ctx.cache_dir, n, seed=TRAFFIC_SEED)

@@ -13,9 +13,9 @@ from typing import Iterator
 import numpy as np
 import pandas as pd
 
-from vidql.detections import DETECTION_COLUMNS, FLOAT_COLUMNS
-from vidql.errors import VidqlError
-from vidql.files import atomic_path
+from vidql.base.detections import DETECTION_COLUMNS, FLOAT_COLUMNS
+from vidql.base.errors import VidqlError
+from vidql.base.files import atomic_path
 
 LABEL_COLUMNS = DETECTION_COLUMNS
 TEXT_COLUMNS = ("clip", "label")

@@ -32,7 +32,7 @@ from typing import Iterator
 import numpy as np
 import pandas as pd
 
-from vidql.errors import ParameterError
+from vidql.base.errors import ParameterError
 
 from .traffic_model import (CHUNK, LABELS, MIN_SIDE, MIN_VISIBLE_FRACTION, PERSON, ROW_GROUND,
                             Objects, Placements, jitter, pixel_size, simulate, timeline)

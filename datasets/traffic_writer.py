@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from vidql.errors import ParameterError
-from vidql.files import atomic_path
+from vidql.base.errors import ParameterError
+from vidql.base.files import atomic_path
 
 from .synthetic import TrafficScene, progress_bar
 from .traffic_model import CHUNK

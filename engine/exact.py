@@ -9,14 +9,14 @@ from __future__ import annotations
 import duckdb
 import numpy as np
 
-from .catalog import Catalog, quote_name
-from .clips import ClipMap
-from .dialect_statements import Query
-from vidql.errors import QueryError
-from .framestat import FrameExpr, frame_table_sql, parse_frame_expr
-from .labelcache import LabelCache, LabelStats
-from .oracle_api import never_gives
-from .result import Result
+from vidql.engine.catalog.catalog import Catalog, quote_name
+from vidql.engine.labels.clips import ClipMap
+from vidql.engine.sql.dialect_statements import Query
+from vidql.base.errors import QueryError
+from vidql.engine.sql.framestat import FrameExpr, frame_table_sql, parse_frame_expr
+from vidql.engine.labels.cache import LabelCache, LabelStats
+from vidql.engine.labels.oracle_api import never_gives
+from vidql.engine.result import Result
 
 
 def label_bounds(q: Query, videos: list[str]) -> dict[str, tuple]:

@@ -7,16 +7,16 @@ from contextlib import contextmanager
 import duckdb
 import pandas as pd
 
-from .dialect import (AlterVideoPath, AlterVideoStart, CreateIndex, CreateOracle, DropIndex,
+from vidql.engine.sql.dialect import (AlterVideoPath, AlterVideoStart, CreateIndex, CreateOracle, DropIndex,
                       DropOracle, DropVideo, LoadVideo, PlainSQL, Query, RefreshIndex, SetExecutor,
                       SetOracle, ShowClips, ShowIndexes, ShowOracles, ShowVideos, describe,
                       parse_script)
-from .dialect_lex import tokenize
-from vidql.errors import CatalogError, ParameterError, QueryError
-from .exact import label_bounds, label_reads, run_exact
-from .framestat import parse_frame_expr
-from .oracle_api import unknown_label_notes
-from .result import Report, Result
+from vidql.engine.sql.dialect_lex import tokenize
+from vidql.base.errors import CatalogError, ParameterError, QueryError
+from vidql.engine.exact import label_bounds, label_reads, run_exact
+from vidql.engine.sql.framestat import parse_frame_expr
+from vidql.engine.labels.oracle_api import unknown_label_notes
+from vidql.engine.result import Report, Result
 
 
 CATALOG_WRITES = (LoadVideo, DropVideo, CreateOracle, DropOracle, SetOracle, AlterVideoPath,
@@ -208,8 +208,8 @@ def _plain(db, sql: str) -> Result | None:
 
 def run_query(db, q: Query) -> Result | None:
     """Run a query (exact, approximate or EXPLAIN); the Result carries its report."""
-    from .explain import explain
-    from .planner import run_approximate
+    from vidql.engine.explain import explain
+    from vidql.engine.planner import run_approximate
 
     with db.catalog.statement():
         if q.explain:

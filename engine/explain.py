@@ -6,13 +6,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .dialect import Query
-from .exact import bind_query, functions_known, label_bounds, label_reads, needed_frames
-from .framestat import FrameExpr, frame_statistic, is_predicate
-from .oracle_api import never_gives, unknown_label_notes
-from .planner import (OPERATORS, Binding, cap_ran_out, column_groups, count_star, error_bound,
+from vidql.engine.sql.dialect import Query
+from vidql.engine.exact import bind_query, functions_known, label_bounds, label_reads, needed_frames
+from vidql.engine.sql.framestat import FrameExpr, frame_statistic, is_predicate
+from vidql.engine.labels.oracle_api import never_gives, unknown_label_notes
+from vidql.engine.planner import (OPERATORS, Binding, cap_ran_out, column_groups, count_star, error_bound,
                       group_codes, grouped_error_bound, predicate_expr, query_confidence)
-from .result import Report, Result
+from vidql.engine.result import Report, Result
 
 
 def explain(db, q: Query) -> Result:

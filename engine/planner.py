@@ -9,16 +9,16 @@ import duckdb
 import numpy as np
 import pandas as pd
 
-from .catalog import quote_name
-from .dialect import Query
-from vidql.errors import CatalogError, QueryError
-from vidql.ranges import percent
-from .exact import bind_query
-from .framestat import (FrameExpr, expr_type, frame_statistic, is_predicate, may_be_null,
+from vidql.engine.catalog.catalog import quote_name
+from vidql.engine.sql.dialect import Query
+from vidql.base.errors import CatalogError, QueryError
+from vidql.base.ranges import percent
+from vidql.engine.exact import bind_query
+from vidql.engine.sql.framestat import (FrameExpr, expr_type, frame_statistic, is_predicate, may_be_null,
                         parse_frame_expr)
-from .labelcache import LabelCache
-from .oracle_api import never_gives, unknown_label_note
-from .result import Report, Result
+from vidql.engine.labels.cache import LabelCache
+from vidql.engine.labels.oracle_api import never_gives, unknown_label_note
+from vidql.engine.result import Report, Result
 
 OPERATORS = {
     "aggregate": "aggregate with error bound (betting confidence sequence; control variates "
@@ -70,7 +70,7 @@ class Binding:
         self.labelled_before = self.cache.labelled_frames
 
     def _population(self, db, q: Query) -> tuple[np.ndarray, np.ndarray | None]:
-        """Global positions (engine/clips.py) of the frames the query's restriction keeps
+        """Global positions (engine/labels/clips.py) of the frames the query's restriction keeps
         (on clip, frame, ts, start_ts), ascending, and, for a query answered with frame
         rows, their `ts` (read in the same statement: a second one to look up the answer's
         rows cost 6 ms, however few, at 10k frames)."""

@@ -5,13 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from .sqlnames import quote_name
+from vidql.engine.sql.sqlnames import quote_name
 
 if TYPE_CHECKING:
     import duckdb
     import pyarrow as pa
 
-    from .labelcache import LabelStats
+    from vidql.engine.labels.cache import LabelStats
 
 
 @dataclass

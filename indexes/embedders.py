@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from vidql.errors import VidqlError
+from vidql.base.errors import VidqlError
 from vidql.preprocess.pipeline import decoder_threads
 from .network import decoding_beside_torch, to_tensor, torch_device
 from .rowfile import RowFile

@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from vidql.errors import VidqlError
-from vidql.files import atomic_path
+from vidql.base.errors import VidqlError
+from vidql.base.files import atomic_path
 
 from .embedders import (IMAGENET_MEAN, IMAGENET_STD, PixelPCA, embed_source, network_embedder,
                         pretrained_backbone)

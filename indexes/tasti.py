@@ -18,9 +18,9 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from vidql.files import atomic_path
-from vidql.errors import ParameterError, VidqlError
-from vidql.detections import DETECTION_COLUMNS, empty_detections, missing_columns, with_dtypes
+from vidql.base.files import atomic_path
+from vidql.base.errors import ParameterError, VidqlError
+from vidql.base.detections import DETECTION_COLUMNS, empty_detections, missing_columns, with_dtypes
 
 from .fpf import farthest_point_first, random_representatives
 from .neighbours import merge_nearest, nearest

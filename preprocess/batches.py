@@ -6,7 +6,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from vidql.errors import ParameterError
+from vidql.base.errors import ParameterError
 from vidql.preprocess.pipeline import Batch, Pipeline, located
 from vidql.preprocess.placement import Placement, plan_placement
 from vidql.preprocess.source import as_source

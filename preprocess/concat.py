@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from vidql.errors import ParameterError, VidqlError
+from vidql.base.errors import ParameterError, VidqlError
 
 # decoded frames the embedding passes may hold ahead: a quarter of the pipeline's default,
 # enough to keep the embedder fed, so an index build's memory stays flat

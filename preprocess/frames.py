@@ -13,7 +13,7 @@ import av
 import numpy as np
 from av.video.reformatter import VideoReformatter
 
-from vidql.errors import VidqlError, VideoError
+from vidql.base.errors import VidqlError, VideoError
 from vidql.preprocess.probe import VideoInfo, ffmpeg_reason, probe_video
 
 Size = tuple[int, int]  # (width, height)

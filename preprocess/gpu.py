@@ -12,7 +12,7 @@ from typing import Iterator
 
 import numpy as np
 
-from vidql.errors import ParameterError, VidqlError
+from vidql.base.errors import ParameterError, VidqlError
 from vidql.preprocess.probe import VideoInfo, probe_video
 from vidql.preprocess.transforms import Normalize, to_device, to_images
 

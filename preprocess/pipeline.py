@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from vidql.errors import ParameterError, VidqlError
+from vidql.base.errors import ParameterError, VidqlError
 from vidql.preprocess.chunks import Chunk, plan_chunks
 from vidql.preprocess.frames import FrameReader
 from vidql.preprocess.source import Source, as_source

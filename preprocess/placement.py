@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from vidql.errors import ParameterError
+from vidql.base.errors import ParameterError
 from vidql.preprocess.gpu import DeviceTransform, cuda_available, dali_available
 from vidql.preprocess.pipeline import Pipeline
 from vidql.preprocess.source import as_source

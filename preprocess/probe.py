@@ -20,8 +20,8 @@ from pathlib import Path
 import av
 import numpy as np
 
-from vidql.errors import VideoError
-from vidql.files import atomic_path
+from vidql.base.errors import VideoError
+from vidql.base.files import atomic_path
 
 # Codecs for which, in a container that gives every packet a unique pts, one packet is one
 # displayed frame and the decoder's frame pts is the packet pts.

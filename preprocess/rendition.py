@@ -20,10 +20,10 @@ from typing import Iterator, Sequence
 import av
 import numpy as np
 
-from vidql.errors import ParameterError, VidqlError, VideoError
+from vidql.base.errors import ParameterError, VidqlError, VideoError
 from vidql.preprocess.frames import FrameReader, Size
 from vidql.preprocess.probe import VideoInfo, ffmpeg_reason, probe_video
-from vidql.ranges import Bounds
+from vidql.base.ranges import Bounds
 
 SHORT_SIDE = Bounds(16, 2160, whole=True)  # LOAD VIDEO ... WITH (rendition = px)
 VIDEO_FILE = "rendition.mp4"

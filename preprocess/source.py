@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from vidql.errors import ParameterError, VidqlError
+from vidql.base.errors import ParameterError, VidqlError
 from vidql.preprocess.frames import FrameReader
 from vidql.preprocess.probe import VideoInfo, probe_video
 from vidql.preprocess.rendition import Rendition, RenditionReader, rendition_positions

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from vidql.errors import ParameterError
+from vidql.base.errors import ParameterError
 
 PIXEL_FORMATS = {"rgb24": 3, "bgr24": 3, "gray": 1}
 IMAGENET_MEAN = (0.485, 0.456, 0.406)

@@ -20,8 +20,8 @@ from typing import Callable
 
 import numpy as np
 
-from vidql.errors import ParameterError
-from vidql.ranges import ABSOLUTE_ERROR, MIN_SAMPLES, RELATIVE_ERROR
+from vidql.base.errors import ParameterError
+from vidql.base.ranges import ABSOLUTE_ERROR, MIN_SAMPLES, RELATIVE_ERROR
 
 from .betting import betting_interval, mean_increments, predictable_variance, ratio_increments
 from .bounds import (SERFLING_KAPPA, RunningMoments, epoch_checkpoints, epoch_delta,

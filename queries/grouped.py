@@ -21,8 +21,8 @@ from typing import Callable
 
 import numpy as np
 
-from vidql.errors import ParameterError
-from vidql.ranges import DEFAULT_STRATA, MIN_SAMPLES, percent
+from vidql.base.errors import ParameterError
+from vidql.base.ranges import DEFAULT_STRATA, MIN_SAMPLES, percent
 
 from .aggregate import aggregate_error_bound, aggregate_ratio_error_bound
 from .results import AggregateResult, GroupedResult

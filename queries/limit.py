@@ -6,8 +6,8 @@ from typing import Callable
 
 import numpy as np
 
-from vidql.errors import ParameterError
-from vidql.ranges import GAP, LIMIT_ROWS, MIN_LIMIT_CALLS
+from vidql.base.errors import ParameterError
+from vidql.base.ranges import GAP, LIMIT_ROWS, MIN_LIMIT_CALLS
 
 from .oracle_calls import DistinctOracle, as_flags
 from .results import SelectionResult

@@ -6,7 +6,7 @@ from typing import Callable
 
 import numpy as np
 
-from vidql.errors import OracleError
+from vidql.base.errors import OracleError
 
 
 class DistinctOracle:

@@ -15,8 +15,8 @@ from typing import Callable
 
 import numpy as np
 
-from vidql.errors import ParameterError
-from vidql.ranges import MIN_RARE_BUDGET
+from vidql.base.errors import ParameterError
+from vidql.base.ranges import MIN_RARE_BUDGET
 
 from .limit import proxy_order
 from .oracle_calls import DistinctOracle, as_flags

@@ -16,8 +16,8 @@ from typing import Callable, Hashable
 
 import numpy as np
 
-from vidql.errors import OracleError, ParameterError
-from vidql.ranges import DEFAULT_STRATA
+from vidql.base.errors import OracleError, ParameterError
+from vidql.base.ranges import DEFAULT_STRATA
 
 from .limit import proxy_order
 from .oracle_calls import DistinctOracle, as_flags, as_values

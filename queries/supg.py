@@ -18,7 +18,7 @@ from typing import Callable
 
 import numpy as np
 
-from vidql.ranges import MIN_SUPG_BUDGET, PRECISION_TARGET
+from vidql.base.ranges import MIN_SUPG_BUDGET, PRECISION_TARGET
 
 from .bounds import hypergeom_lower_count
 from .limit import proxy_order

@@ -6,8 +6,8 @@ import math
 
 import numpy as np
 
-from vidql.errors import ParameterError
-from vidql.ranges import CONFIDENCE, SEED
+from vidql.base.errors import ParameterError
+from vidql.base.ranges import CONFIDENCE, SEED
 
 
 def check_confidence(confidence: float) -> float:

@@ -11,7 +11,7 @@ from vidql.bench.runner import run
 from vidql.bench.scenarios_collection import (SEED_BASE, STAT, TINY_CLIPS, TINY_FRAMES,
                                               appends_figures)
 from vidql.datasets import ensure_traffic, read_labels
-from vidql.engine.framestat import evaluate
+from vidql.engine.sql.framestat import evaluate
 
 
 @pytest.fixture(scope="module")

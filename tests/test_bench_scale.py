@@ -9,7 +9,7 @@ from vidql.bench.registry import BenchContext
 from vidql.bench.runner import run
 from vidql.bench.scenarios_scale import (QUERY_FIGURES, QUERY_REPEATS, build_options, scale_sizes,
                                          with_clause)
-from vidql.errors import ParameterError
+from vidql.base.errors import ParameterError
 
 N_FRAMES = 1000
 # a tiny triplet index: ~40 s of CPU for the whole scenario (a pixel index is cheaper to

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import vidql
-from vidql.errors import QueryError
+from vidql.base.errors import QueryError
 
 BAD = [
     "SELECT nosuch, objects('car') FROM v",

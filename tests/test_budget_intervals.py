@@ -12,8 +12,8 @@ import pytest
 import vidql
 from conftest import shared_path
 from vidql.datasets import ensure_traffic
-from vidql.engine.dialect import parse
-from vidql.engine.framestat import parse_frame_expr
+from vidql.engine.sql.dialect import parse
+from vidql.engine.sql.framestat import parse_frame_expr
 from vidql.engine.planner import Binding
 from vidql.queries import aggregate_budget, aggregate_budget_grouped
 

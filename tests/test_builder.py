@@ -9,8 +9,8 @@ import pytest
 import vidql
 from vidql import contains, objects
 from vidql.api import VideoQuery
-from vidql.engine.dialect import parse
-from vidql.errors import ParameterError, QueryError, VidqlError
+from vidql.engine.sql.dialect import parse
+from vidql.base.errors import ParameterError, QueryError, VidqlError
 
 V = VideoQuery(db=None, video="t")
 SEEDED = V.using(oracle="truth", index="t_idx", seed=np.int64(7))

@@ -6,7 +6,7 @@ import shutil
 import pytest
 
 import vidql
-from vidql.errors import CatalogError, OracleError, QueryError, VideoError
+from vidql.base.errors import CatalogError, OracleError, QueryError, VideoError
 
 
 def test_load_video_registers_table(counter_clip, tmp_path):

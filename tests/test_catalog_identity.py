@@ -10,9 +10,9 @@ import pandas as pd
 import pytest
 
 import vidql
-from vidql.engine.dialect import (AlterVideoPath, CreateOracle, DropOracle, PlainSQL, describe,
+from vidql.engine.sql.dialect import (AlterVideoPath, CreateOracle, DropOracle, PlainSQL, describe,
                                   parse)
-from vidql.engine.framestat import evaluate, parse_frame_expr
+from vidql.engine.sql.framestat import evaluate, parse_frame_expr
 
 from conftest import shared_path
 
@@ -280,8 +280,8 @@ def test_a_label_the_oracle_never_gives_is_noted(small_traffic, tmp_path, clip_d
     classes) still answers (0 is right for it), but its report says so, naming the label in
     another case when the oracle has one; approximate, exact and EXPLAIN alike. A label the
     oracle gives, or an oracle whose labels are not known ahead (PYTHON), gets no note."""
-    from vidql.engine.oracle_api import unknown_label_note
-    from vidql.engine.oracle_models import OnnxDetector
+    from vidql.engine.labels.oracle_api import unknown_label_note
+    from vidql.engine.labels.oracle_models import OnnxDetector
 
     video, labels = small_traffic
     with vidql.connect(tmp_path / "n.db", progress=False) as db:

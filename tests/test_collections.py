@@ -130,7 +130,7 @@ def test_selection_rows_carry_each_frames_own_ts_under_a_restriction(cams):
     assert set(r["clip"]) <= {"cam0", "cam2"}
 
 def test_limit_gap_coordinates_keep_clips_apart():
-    from vidql.engine.clips import ClipMap
+    from vidql.engine.labels.clips import ClipMap
     from vidql.queries import limit_query
 
     clip_map = ClipMap(("a", "b"), np.array([0, 5]), np.array([5, 5]))
@@ -402,7 +402,7 @@ def test_appending_to_an_indexed_collection_extends_the_index(clips, tmp_path):
 def test_labels_oracle_finds_every_row_of_a_clip_and_frame(tmp_path):
     """The LABELS oracle's binary search (rows sorted by clip and frame) returns exactly the
     rows a plain filter returns, in the file's order within a frame, for ids in any order."""
-    from vidql.engine.oracle_kinds import LabelsOracle
+    from vidql.engine.labels.oracle_kinds import LabelsOracle
 
     rng = np.random.default_rng(0)
     n = 5000

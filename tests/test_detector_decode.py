@@ -6,9 +6,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from vidql.engine.oracle_models import OnnxDetector
-from vidql.errors import OracleError
-from vidql.engine.oracle_api import COCO_CLASSES
+from vidql.engine.labels.oracle_models import OnnxDetector
+from vidql.base.errors import OracleError
+from vidql.engine.labels.oracle_api import COCO_CLASSES
 
 CAR, BUS = COCO_CLASSES.index("car"), COCO_CLASSES.index("bus")
 
@@ -298,7 +298,7 @@ def test_class_wise_nms_keeps_what_torchvision_keeps():
     import torch
     import torchvision
 
-    from vidql.engine.oracle_models import _class_wise_nms
+    from vidql.engine.labels.oracle_models import _class_wise_nms
 
     rng = np.random.default_rng(0)
     for _ in range(300):
@@ -324,7 +324,7 @@ def test_the_onnx_oracle_labels_without_importing_torch(tmp_path):
     out[:4, :2] = [[100, 102], [140, 141], [40, 40], [20, 20]]
     out[4 + BUS, :2] = [0.9, 0.8]  # two overlapping buses: NMS keeps one
     constant_onnx(tmp_path / "m.onnx", out, (320, 320))
-    code = (f"import sys, numpy as np\nfrom vidql.engine.oracle_models import OnnxDetector\n"
+    code = (f"import sys, numpy as np\nfrom vidql.engine.labels.oracle_models import OnnxDetector\n"
             f"det = OnnxDetector('m', {str(tmp_path / 'm.onnx')!r}, score=0.3, nms=0.45)\n"
             "df = det.detect(np.zeros((1, 240, 320, 3), dtype=np.uint8), np.array([0]))\n"
             "print(len(df), 'torch' in sys.modules)")
@@ -365,7 +365,7 @@ def test_a_ray_oracle_worker_leaves_the_thread_choice_out_of_its_seconds(tmp_pat
     without its one-time thread choice, as the local label cache records them."""
     import time
 
-    from vidql.engine.ray_executor import OracleWorker
+    from vidql.engine.catalog.ray_executor import OracleWorker
     from vidql.preprocess.probe import probe_video
 
     constant_onnx(tmp_path / "m.onnx", np.zeros((4 + 80, 2100), dtype=np.float32), (320, 320))

@@ -34,7 +34,7 @@ def test_yolox_threads_chosen_by_measurement_same_detections():
     that run fastest; the detections are those of onnxruntime's default session."""
     import os
 
-    from vidql.engine.oracle_models import OnnxDetector
+    from vidql.engine.labels.oracle_models import OnnxDetector
     from vidql.preprocess.frames import FrameReader
 
     model = shared_path("models", "yolox_nano.onnx")

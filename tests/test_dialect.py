@@ -10,11 +10,11 @@ import duckdb
 import numpy as np
 import pytest
 
-from vidql.engine.dialect import (Clauses, CreateIndex, CreateOracle, DropIndex, DropVideo,
+from vidql.engine.sql.dialect import (Clauses, CreateIndex, CreateOracle, DropIndex, DropVideo,
                                   LoadVideo, PlainSQL, Query, SetOracle, ShowIndexes, ShowOracles,
                                   ShowVideos, describe, parse, parse_script)
-from vidql.engine.dialect_lex import tokenize
-from vidql.errors import QueryError
+from vidql.engine.sql.dialect_lex import tokenize
+from vidql.base.errors import QueryError
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from vidql.errors import CatalogError, QueryError
+from vidql.base.errors import CatalogError, QueryError
 
 
 @pytest.fixture()
@@ -85,7 +85,7 @@ def test_a_query_binds_over_the_column_types_it_runs_over(db):
     """Queries are bound (before any oracle call) over an empty table built without the
     labels join; its columns must have the types of the table they then run over."""
     from vidql.engine.exact import _empty_shadow, _shadow_video
-    from vidql.engine.framestat import parse_frame_expr
+    from vidql.engine.sql.framestat import parse_frame_expr
 
     functions = parse_frame_expr("objects('car') + objects(*, 0.5) + contains('car')").functions
     identity = db.catalog.label_cache("clip").oracle.identity

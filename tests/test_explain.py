@@ -9,7 +9,7 @@ import pytest
 import vidql
 from conftest import shared_path
 from vidql.datasets import ensure_traffic
-from vidql.errors import QueryError
+from vidql.base.errors import QueryError
 
 N_FRAMES = 1200
 RARE = "objects('car') >= 19"  # 82 of its 1200 frames (it has people and cars, no truck)

@@ -12,8 +12,8 @@ from test_index_source import CountingOracle
 import vidql.indexes.tasti as tasti
 import vidql.indexes.triplet as triplet
 from vidql.datasets import ensure_traffic, read_labels
-from vidql.engine.framestat import evaluate, frame_statistic
-from vidql.errors import ParameterError, VidqlError
+from vidql.engine.sql.framestat import evaluate, frame_statistic
+from vidql.base.errors import ParameterError, VidqlError
 from vidql.indexes import TastiIndex
 from vidql.preprocess import probe_video
 from vidql.preprocess.concat import ConcatSource, LowResSource

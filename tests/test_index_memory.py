@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from vidql.detections import empty_detections
+from vidql.base.detections import empty_detections
 from vidql.indexes import TastiIndex, farthest_point_first, nearest, pixel_embeddings
 from vidql.indexes.embedders import thumbnail_size
 from vidql.indexes.rowfile import RowFile, row_blocks

@@ -5,9 +5,9 @@ import pandas as pd
 import pytest
 
 import vidql
-from vidql.engine.dialect import RefreshIndex, describe, parse
-from vidql.engine.framestat import frame_statistic
-from vidql.errors import CatalogError, QueryError
+from vidql.engine.sql.dialect import RefreshIndex, describe, parse
+from vidql.engine.sql.framestat import frame_statistic
+from vidql.base.errors import CatalogError, QueryError
 from vidql.indexes import IndexMismatchError, TastiIndex
 
 OPTIONS = "WITH (train = 20, reps = 40, triplets = 300, size = 24)"

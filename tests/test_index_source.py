@@ -67,7 +67,7 @@ class ToyTraffic:
             yield idx, self.read(idx, size)
 
     def truth(self, expr: str) -> np.ndarray:
-        from vidql.engine.framestat import evaluate
+        from vidql.engine.sql.framestat import evaluate
         return evaluate(expr, self.labels, np.arange(self.n_frames))
 
 

@@ -7,8 +7,8 @@ from scipy.stats import spearmanr
 from test_index_source import CountingOracle, ToyTraffic
 
 import vidql.indexes.tasti as tasti
-from vidql.errors import ParameterError, QueryError, VidqlError
-from vidql.engine.framestat import frame_statistic
+from vidql.base.errors import ParameterError, QueryError, VidqlError
+from vidql.engine.sql.framestat import frame_statistic
 from vidql.indexes import IndexMismatchError, TastiIndex, nearest
 
 N_FRAMES = 3000
@@ -231,7 +231,7 @@ import sys, numpy as np
 sys.path.insert(0, {tests!r})
 from test_index_source import ToyTraffic
 from vidql.indexes import TastiIndex
-from vidql.engine.framestat import frame_statistic
+from vidql.engine.sql.framestat import frame_statistic
 toy = ToyTraffic(n_frames={n}, seed=0)
 index = TastiIndex.load({d!r})
 rng = np.random.default_rng(0)

@@ -5,7 +5,7 @@ import pytest
 import torch
 from test_index_source import CountingOracle, ToyTraffic
 
-from vidql.errors import VidqlError
+from vidql.base.errors import VidqlError
 from vidql.indexes.network import cpu_threads
 from vidql.indexes import (TastiIndex, find_pretrained_weights, label_closeness,
                            pretrained_embeddings, sample_triplets, train_triplet_network)

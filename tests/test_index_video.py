@@ -5,10 +5,10 @@ from scipy.stats import spearmanr
 from test_index_source import CountingOracle
 
 from vidql import datasets
-from vidql.engine.framestat import evaluate
+from vidql.engine.sql.framestat import evaluate
 from vidql.indexes import TastiIndex
 from vidql.preprocess import frames as frames_module
-from vidql.engine.framestat import frame_statistic
+from vidql.engine.sql.framestat import frame_statistic
 
 N_FRAMES = 1500
 

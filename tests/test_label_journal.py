@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 
 import vidql
-from vidql.engine import labelcache, labeljournal
-from vidql.engine.labeljournal import read_records, record
+from vidql.engine.labels import cache as labelcache, journal as labeljournal
+from vidql.engine.labels.journal import read_records, record
 
 from conftest import kill_when_blocked
 
@@ -246,8 +246,8 @@ def test_records_keep_detections_in_the_narrowest_exact_dtypes():
     import struct
     from dataclasses import replace
 
-    from vidql.detections import DetectionArrays
-    from vidql.engine.labeljournal import LabelBatch
+    from vidql.base.detections import DetectionArrays
+    from vidql.engine.labels.journal import LabelBatch
 
     rng = np.random.default_rng(3)
     m = 500

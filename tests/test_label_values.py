@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 import vidql
-from vidql.engine.labelcache import MIN_AHEAD
+from vidql.engine.labels.cache import MIN_AHEAD
 from vidql.datasets import read_labels
-from vidql.engine.framestat import evaluate
+from vidql.engine.sql.framestat import evaluate
 
 from conftest import shared_path
 
@@ -40,7 +40,7 @@ def test_statistic_values_on_detections_equal_evaluate(small_traffic):
     """What an index's representatives are given (`FrameExpr.values`, from counts) equals
     `evaluate` on the same detections: frames in any order, some without detections, a
     row without a label, detections of frames not asked for."""
-    from vidql.engine.framestat import parse_frame_expr
+    from vidql.engine.sql.framestat import parse_frame_expr
     import pandas as pd
 
     truth = read_labels(small_traffic[1])
@@ -75,7 +75,7 @@ def test_values_equal_old_path_real_clip(tmp_path):
 def test_aggregate_same_answer_as_operator_on_arrays(traffic_db, small_traffic):
     """Same seed, same answer: the SQL aggregate equals its operator fed the label file."""
     from vidql import queries
-    from vidql.engine.dialect import parse
+    from vidql.engine.sql.dialect import parse
     from vidql.engine.planner import Binding
 
     sql = "SELECT AVG(objects('car')) FROM t ERROR WITHIN 0.3 CONFIDENCE 0.9 SEED 5"
@@ -205,7 +205,7 @@ def test_many_earlier_labels_take_few_statements(small_traffic, tmp_path, monkey
     """More earlier labels than one statement counts at once are counted in chunks that
     double, whatever the callbacks ask (a LIMIT asks a few frames at a time: one statement
     per callback took 3.3 s over 10k cached frames)."""
-    from vidql.engine import labelcache
+    from vidql.engine.labels import cache as labelcache
 
     video, labels = small_traffic
     with _labels_db(tmp_path / "c.db", video, labels, "batch_size = 16") as db:
@@ -225,7 +225,7 @@ def test_statistics_need_few_statements(monkeypatch):
     """A statistic that is one frame function, or one count compared with a number, takes
     its values from the counts without a statement; another statistic of one count
     evaluates every count up to twice the largest seen in one statement."""
-    from vidql.engine import framestat
+    from vidql.engine.sql import framestat
 
     statements = []
     connection = framestat.connection
@@ -261,9 +261,9 @@ def test_bad_oracle_output_is_refused_before_caching():
     import pandas as pd
     import pytest
 
-    from vidql.detections import DETECTION_COLUMNS
-    from vidql.engine.oracle_api import check_detections, detection_arrays
-    from vidql.errors import OracleError
+    from vidql.base.detections import DETECTION_COLUMNS
+    from vidql.engine.labels.oracle_api import check_detections, detection_arrays
+    from vidql.base.errors import OracleError
 
     oracle = type("O", (), {"name": "o"})()
     good = pd.DataFrame({"frame": [3, 3, 5], "label": ["car", "bus", "car"],
@@ -293,7 +293,7 @@ def test_bad_oracle_output_is_refused_before_caching():
 def test_an_index_representatives_are_counted_from_its_labels(small_traffic, tmp_path):
     """A query over an index counts its representatives from the index's labels in memory,
     with no catalog statement for them, and gets exactly the values of the labels."""
-    from vidql.engine.dialect import parse
+    from vidql.engine.sql.dialect import parse
     from vidql.engine.planner import Binding
 
     video, labels = small_traffic
@@ -319,7 +319,7 @@ def test_an_index_representatives_are_counted_from_its_labels(small_traffic, tmp
 def test_detection_arrays_concatenate_with_their_names_merged():
     """Batches whose label names differ (each oracle batch names only its own labels) join
     into one set whose codes point at the merged names; no parts give no detections."""
-    from vidql.detections import DetectionArrays
+    from vidql.base.detections import DetectionArrays
 
     a = DetectionArrays(np.array([1, 2]), np.array([0, 1], dtype=np.int32), ("car", "bus"),
                         np.ones((2, 5)))
@@ -336,7 +336,7 @@ def test_detection_rows_in_frames_any_order():
     """Each detection's position in the frames asked (-1 for a frame not asked) is the same
     whether frames and detections come ascending (an oracle's usual output, found a faster
     way) or not, with strays, frames without detections and a single frame."""
-    from vidql.detections import DetectionArrays
+    from vidql.base.detections import DetectionArrays
 
     rng = np.random.default_rng(5)
     for trial in range(200):
@@ -363,7 +363,7 @@ def test_detection_rows_in_frames_any_order():
     ("CASE WHEN objects('car') > 3 THEN NULL ELSE 1 END", True),
 ])
 def test_may_be_null_reads_the_text(text, nullable):
-    from vidql.engine.framestat import may_be_null, parse_frame_expr
+    from vidql.engine.sql.framestat import may_be_null, parse_frame_expr
 
     assert may_be_null(parse_frame_expr(text)) is nullable
 
@@ -371,7 +371,7 @@ def test_may_be_null_reads_the_text(text, nullable):
 def test_a_null_statistic_is_not_a_zero():
     """DuckDB hands NULLs back masked, and the mask was dropped: a NULL became 0. A NULL
     predicate is false; a NULL statistic is an error (the planner leaves such frames out)."""
-    from vidql.engine import framestat
+    from vidql.engine.sql import framestat
 
     stats = framestat.FrameStatistics(["CASE WHEN objects('car') > 3 THEN true END"])
     np.testing.assert_array_equal(stats(np.arange(3), np.array([[1], [5], [0]]))[0], [0, 1, 0])

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import vidql
-from vidql.errors import OracleError
+from vidql.base.errors import OracleError
 
 from conftest import kill_when_blocked
 

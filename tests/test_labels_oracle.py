@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from vidql.datasets import write_labels
-from vidql.engine.oracle_kinds import LabelsOracle, narrowest_exact
+from vidql.engine.labels.oracle_kinds import LabelsOracle, narrowest_exact
 
 
 def pixel_boxes(n_rows: int, n_frames: int, seed: int = 0) -> pd.DataFrame:

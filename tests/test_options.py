@@ -6,7 +6,7 @@ import pytest
 
 import vidql
 from conftest import shared_path
-from vidql.errors import ParameterError
+from vidql.base.errors import ParameterError
 
 
 @pytest.fixture()

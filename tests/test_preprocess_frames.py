@@ -6,7 +6,7 @@ import av
 import numpy as np
 import pytest
 
-from vidql.errors import VidqlError, VideoError
+from vidql.base.errors import VidqlError, VideoError
 from conftest import shared_path
 from vidql.preprocess import FrameReader, probe_video
 from vidql.preprocess.testclip import write_counter_video

@@ -9,7 +9,7 @@ import av
 import numpy as np
 import pytest
 
-from vidql.errors import OracleError, VidqlError, VideoError
+from vidql.base.errors import OracleError, VidqlError, VideoError
 from vidql.preprocess import FrameSpec, Normalize, Pipeline, PipelineError, frame_batches, run_pipeline
 from vidql.preprocess.pipeline import thread_names
 from vidql.preprocess.rendition import make_rendition

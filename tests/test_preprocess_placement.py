@@ -6,7 +6,7 @@ import av
 import numpy as np
 import pytest
 
-from vidql.errors import ParameterError
+from vidql.base.errors import ParameterError
 from vidql.preprocess import Normalize, frame_batches
 from vidql.preprocess.gpu import DeviceTransform, cuda_available, dali_available
 from vidql.preprocess.placement import Placement, candidates, choose_placement, plan_placement, predict

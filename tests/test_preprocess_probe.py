@@ -6,7 +6,7 @@ from av.video.frame import PictureType
 import numpy as np
 import pytest
 
-from vidql.errors import VideoError
+from vidql.base.errors import VideoError
 from conftest import shared_path
 from vidql.preprocess import probe_video
 from vidql.preprocess.testclip import counter_frame, write_counter_video

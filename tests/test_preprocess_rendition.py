@@ -6,7 +6,7 @@ import av
 import numpy as np
 import pytest
 
-from vidql.errors import ParameterError, VidqlError
+from vidql.base.errors import ParameterError, VidqlError
 from vidql.preprocess import FrameReader, Rendition, make_rendition, open_rendition
 from vidql.preprocess.rendition import rendition_size
 from vidql.preprocess.testclip import write_counter_video

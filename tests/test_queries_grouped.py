@@ -4,7 +4,7 @@ proxy, ratio form) and ORACLE BUDGET; the confidence and budget splits; call acc
 import numpy as np
 import pytest
 
-from vidql.errors import ParameterError
+from vidql.base.errors import ParameterError
 from vidql.queries import grouped_budget, grouped_error_bound, split_confidence
 from vidql.queries.grouped import group_positions, split_budget
 

@@ -3,7 +3,7 @@ random order with a useless proxy."""
 import numpy as np
 import pytest
 
-from vidql.errors import ParameterError
+from vidql.base.errors import ParameterError
 from vidql.queries import limit_query
 
 

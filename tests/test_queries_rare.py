@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from conftest import CountingOracle
 
-from vidql.errors import ParameterError
+from vidql.base.errors import ParameterError
 from vidql.queries import find_rare
 
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from conftest import CountingOracle
 
-from vidql.errors import OracleError, ParameterError
+from vidql.base.errors import OracleError, ParameterError
 from vidql.queries import aggregate_budget, aggregate_budget_grouped
 from vidql.queries.stratified import _allocate
 

@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from vidql.errors import ParameterError
+from vidql.base.errors import ParameterError
 from vidql.queries import (recall_adaptive, recall_binomial, recall_normal, selection_forecast,
                            supg_precision)
 from vidql.queries.select_binomial import (adaptive_schedule, binomial_cut, critical_count,

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 import vidql
-from vidql.engine.dialect import SetExecutor, parse
-from vidql.engine.ray_executor import executor_name
+from vidql.engine.sql.dialect import SetExecutor, parse
+from vidql.engine.catalog.ray_executor import executor_name
 
 
 def test_set_executor_parses_and_checks_its_value():
@@ -45,7 +45,7 @@ def test_ray_without_ray_installed_says_how_to_install(monkeypatch):
 
 
 def test_embedding_chunks_cover_the_video_on_the_batch_grid_after_keyframes():
-    from vidql.engine.ray_executor import chunk_ranges
+    from vidql.engine.catalog.ray_executor import chunk_ranges
 
     keyframes = np.arange(0, 10_000, 250) + 3  # GOPs of 250 frames, starting at 3
     ranges = chunk_ranges(10_000, 64, 8, keyframes)

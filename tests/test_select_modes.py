@@ -10,8 +10,8 @@ import vidql
 from conftest import shared_path
 from vidql.api import VideoQuery, contains
 from vidql.datasets import ensure_traffic
-from vidql.engine.dialect import parse
-from vidql.engine.framestat import parse_frame_expr
+from vidql.engine.sql.dialect import parse
+from vidql.engine.sql.framestat import parse_frame_expr
 from vidql.engine.planner import Binding
 from vidql.queries import recall_binomial, selection_forecast, supg_precision
 from vidql.queries.select_binomial import adaptive_schedule

@@ -8,9 +8,9 @@ import pytest
 import vidql
 from conftest import SHARED
 from vidql.datasets import ensure_traffic, read_labels
-from vidql.errors import OracleError, QueryError
-from vidql.engine.dialect import parse
-from vidql.engine.framestat import evaluate
+from vidql.base.errors import OracleError, QueryError
+from vidql.engine.sql.dialect import parse
+from vidql.engine.sql.framestat import evaluate
 from vidql.engine.planner import Binding
 from vidql.indexes import IndexMismatchError
 

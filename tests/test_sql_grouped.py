@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 import vidql
-from vidql.errors import QueryError
+from vidql.base.errors import QueryError
 
 COLUMNS = ["estimate", "ci_low", "ci_high", "confidence", "oracle_calls", "frames"]
 
@@ -115,7 +115,7 @@ def test_frame_function_groups_keep_their_paths(db):
 def test_bad_group_key_and_small_budget_are_refused(db):
     with pytest.raises(QueryError, match="nosuch"):
         db.sql("SELECT AVG(objects('car')) FROM v GROUP BY nosuch ERROR WITHIN 1")
-    with pytest.raises(vidql.errors.ParameterError, match="too small for 3 groups"):
+    with pytest.raises(vidql.base.errors.ParameterError, match="too small for 3 groups"):
         db.sql("SELECT floor(ts / 4) AS b, AVG(objects('car')) FROM v GROUP BY b "
                "ORACLE BUDGET 20")
 

@@ -15,7 +15,7 @@ from vidql.datasets import (LABEL_COLUMNS, TrafficScene, ensure_traffic, generat
                             read_labels, write_labels)
 from vidql.datasets.traffic_model import MIN_VISIBLE_FRACTION, PERSON
 from vidql.datasets.traffic_render import TrafficRenderer
-from vidql.errors import ParameterError, VidqlError
+from vidql.base.errors import ParameterError, VidqlError
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 

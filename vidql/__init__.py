@@ -4,7 +4,7 @@ The errors load with the package; `connect`, `Database` and the builder function
 engine (DuckDB, pandas) when first used, so `import vidql.queries` stays light."""
 from importlib import import_module
 
-from vidql.errors import (CatalogError, OracleError, ParameterError, QueryError, VideoError,
+from vidql.base.errors import (CatalogError, OracleError, ParameterError, QueryError, VideoError,
                           VidqlError)
 
 _LAZY = {"connect": "vidql.database", "Database": "vidql.database", "objects": "vidql.api",

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from vidql.errors import ParameterError
+from vidql.base.errors import ParameterError
 
 
 def sql_literal(value) -> str:
@@ -167,7 +167,7 @@ class VideoQuery:
         return " WHERE " + " AND ".join(f"({p})" for p in self.predicates) if self.predicates else ""
 
     def _run(self, sql: str):
-        from vidql.engine.dialect import parse
+        from vidql.engine.sql.dialect import parse
         from vidql.engine.executor import run_query
 
         return run_query(self.db, parse(sql))

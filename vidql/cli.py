@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from vidql.display import print_result
-from vidql.errors import VidqlError
+from vidql.base.errors import VidqlError
 
 DEFAULT_CACHE = Path(os.environ.get("VIDQL_CACHE", Path.home() / ".cache" / "vidql"))
 

@@ -8,10 +8,10 @@ from pathlib import Path
 import duckdb
 import pandas as pd
 
-from vidql.engine.catalog import Catalog
-from vidql.engine.indexstore import IndexStore
-from vidql.errors import CatalogError, ParameterError, VidqlError
-from vidql.engine.labelcache import LabelCache
+from vidql.engine.catalog.catalog import Catalog
+from vidql.engine.catalog.indexstore import IndexStore
+from vidql.base.errors import CatalogError, ParameterError, VidqlError
+from vidql.engine.labels.cache import LabelCache
 
 
 STORE_CATALOG = "vidql_store"
@@ -35,7 +35,7 @@ class Database:
     def __init__(self, path: str | Path | None = None, *, progress: bool = True,
                  read_only: bool = False, executor: str | None = None,
                  workers: int | None = None):
-        from vidql.engine.ray_executor import executor_name
+        from vidql.engine.catalog.ray_executor import executor_name
 
         executor = executor_name(executor)  # checked before anything opens
         self._tmp = None
@@ -113,7 +113,7 @@ class Database:
         """SET EXECUTOR: 'local' (this process), 'ray' (the Ray cluster of $RAY_ADDRESS, or a
         local one) or 'ray://host:port'; None reads $VIDQL_EXECUTOR. `workers`: Ray oracle
         actors and embedding tasks at a time (default: the cluster's CPUs)."""
-        from vidql.engine.ray_executor import executor_name, make_executor
+        from vidql.engine.catalog.ray_executor import executor_name, make_executor
 
         name = executor_name(executor)
         if name != self.executor or workers is not None:
@@ -188,7 +188,7 @@ class Database:
         if idx is None:
             raise CatalogError(f"video {video!r} has no index for oracle {cache.oracle.name!r}: "
                                f"CREATE INDEX ... ON {video} USING TASTI")
-        from vidql.engine.framestat import frame_statistic
+        from vidql.engine.sql.framestat import frame_statistic
 
         return idx.proxy(frame_statistic(statistic))
 

@@ -7,7 +7,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from vidql.display import print_result
-from vidql.errors import VidqlError
+from vidql.base.errors import VidqlError
 
 HISTORY = Path(os.environ.get("VIDQL_HISTORY", Path.home() / ".vidql_history"))
 HELP = """Statements end with ';'. Examples:

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .labelcache import SCHEMA_SQL
-from .sqlnames import quote_name
+from vidql.engine.labels.cache import SCHEMA_SQL
+from vidql.engine.sql.sqlnames import quote_name
 
 # the columns an old label table is copied from, `{clip}` standing for its clip
 LABEL_TABLES = {"labels": "video, oracle, {clip}, frame, label, score, x1, y1, x2, y2",

@@ -1,8 +1,8 @@
 """The durable label cache: the only door to an oracle.
 
 Labels are keyed by (video, oracle identity, clip, frame); the cache itself numbers a
-collection's frames by global position (engine/clips.py) and converts. Each batch of oracle
-output is made durable in the label journal (engine/labeljournal.py) before it is used and
+collection's frames by global position (engine/labels/clips.py) and converts. Each batch of oracle
+output is made durable in the label journal (engine/labels/journal.py) before it is used and
 merged into the catalog tables before anything reads them there; frames with zero
 detections are recorded, and no frame is sent to the oracle twice. A killed process loses
 at most the batch in flight.
@@ -19,12 +19,12 @@ import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
-from vidql.detections import DETECTION_COLUMNS, DetectionArrays, empty_detections, with_dtypes
-from vidql.errors import OracleError, VidqlError
-from .clips import ClipMap
-from .framestat import FrameExpr, FrameStatistics, count_detections, count_sql
-from .labeljournal import LabelBatch, LabelJournal
-from .oracle_api import Oracle, check_detections, never_gives
+from vidql.base.detections import DETECTION_COLUMNS, DetectionArrays, empty_detections, with_dtypes
+from vidql.base.errors import OracleError, VidqlError
+from vidql.engine.labels.clips import ClipMap
+from vidql.engine.sql.framestat import FrameExpr, FrameStatistics, count_detections, count_sql
+from vidql.engine.labels.journal import LabelBatch, LabelJournal
+from vidql.engine.labels.oracle_api import Oracle, check_detections, never_gives
 
 MIN_AHEAD = 16  # frames labelled at once when an operator asks fewer (label_ahead)
 FREE_BATCH = 8192  # frames a nearly free oracle labels a call, when its batch_size is smaller

@@ -14,7 +14,7 @@ from functools import lru_cache
 
 import duckdb
 
-from vidql.errors import QueryError
+from vidql.base.errors import QueryError
 
 _KINDS = {
     duckdb.token_type.identifier: "identifier",

@@ -20,8 +20,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import numpy as np
 import pandas as pd
 
-from .catalog import Catalog, check_name
-from vidql.errors import CatalogError, ParameterError, VidqlError
+from vidql.engine.catalog.catalog import Catalog, check_name
+from vidql.base.errors import CatalogError, ParameterError, VidqlError
 
 INDEX_OPTIONS = {"train": int, "reps": int, "k": int, "seed": int, "embedder": str,
                  "size": int, "dim": int, "triplets": int}

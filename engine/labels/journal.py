@@ -36,7 +36,7 @@ import duckdb
 import numpy as np
 import pandas as pd
 
-from vidql.detections import FLOAT_COLUMNS, DetectionArrays
+from vidql.base.detections import FLOAT_COLUMNS, DetectionArrays
 
 MAGIC = b"VQJ1"
 HEAD = struct.Struct("<4sQI")  # magic, payload length, crc32

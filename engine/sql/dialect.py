@@ -33,19 +33,19 @@ kinds only; USING ORACLE / USING INDEX with any query.
 """
 from __future__ import annotations
 
-from .dialect_catalog import is_catalog_statement, parse_catalog
-from .dialect_lex import Token, check_lexical, split_statements, tokenize
-from .dialect_query import parse_query
-from .oracle_kinds import ORACLE_KINDS
-from .dialect_statements import (DEFAULT_CONFIDENCE, INDEX_METHODS, QUERY_KINDS,
+from vidql.engine.sql.dialect_catalog import is_catalog_statement, parse_catalog
+from vidql.engine.sql.dialect_lex import Token, check_lexical, split_statements, tokenize
+from vidql.engine.sql.dialect_query import parse_query
+from vidql.engine.sql.sqlnames import ORACLE_KINDS
+from vidql.engine.sql.dialect_statements import (DEFAULT_CONFIDENCE, INDEX_METHODS, QUERY_KINDS,
                                  Aggregate, Clauses, CreateIndex, CreateOracle, DropIndex,
                                  DropVideo, LoadVideo, OutputColumn, PlainSQL, Query, SetExecutor,
                                  SetOracle,
                                  ShowIndexes, ShowOracles, ShowVideos, Statement,
                                  AlterVideoPath, AlterVideoStart, DropOracle, RefreshIndex,
                                  ShowClips)
-from vidql.errors import QueryError
-from vidql.ranges import percent
+from vidql.base.errors import QueryError
+from vidql.base.ranges import percent
 
 __all__ = [
     "parse", "parse_script", "describe", "Statement", "Query", "Clauses", "Aggregate",

@@ -19,10 +19,10 @@ from typing import Callable, Iterator
 import numpy as np
 import pandas as pd
 
-from vidql.detections import DetectionArrays
-from vidql.errors import OracleError, ParameterError, VidqlError
-from vidql.ranges import Bounds
-from .oracle_api import Oracle
+from vidql.base.detections import DetectionArrays
+from vidql.base.errors import OracleError, ParameterError, VidqlError
+from vidql.base.ranges import Bounds
+from vidql.engine.labels.oracle_api import Oracle
 
 EXECUTOR_ENV = "VIDQL_EXECUTOR"
 INSTALL_HINT = "pip install 'vidql[ray]'"
@@ -168,7 +168,7 @@ class OracleWorker:
     """A Ray actor's state: the oracle built once from its catalog entry."""
 
     def __init__(self, entry: tuple, import_root: str | None):
-        from .oracle_kinds import make_oracle
+        from vidql.engine.labels.oracle_kinds import make_oracle
 
         if import_root and import_root not in sys.path:  # a PYTHON oracle's module
             sys.path.append(import_root)  # after installed packages

@@ -1,6 +1,6 @@
 """The oracle interface: a batch of frames in, detections out, with a stable identity.
 
-`detect` returns a DataFrame with DETECTION_COLUMNS (vidql.detections), the contract a
+`detect` returns a DataFrame with DETECTION_COLUMNS (vidql.base.detections), the contract a
 user's oracle keeps; the label cache (engine.labelcache), the only caller, asks
 `detect_in_clip` for DetectionArrays, which an oracle that has arrays already (the LABELS
 oracle's table, a detector's decoded output) returns without a DataFrame.
@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from vidql.errors import OracleError
-from vidql.detections import DetectionArrays, missing_columns
+from vidql.base.errors import OracleError
+from vidql.base.detections import DetectionArrays, missing_columns
 
 COCO_CLASSES = (
     "person bicycle car motorcycle airplane bus train truck boat traffic_light fire_hydrant "

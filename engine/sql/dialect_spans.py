@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from bisect import bisect_left
 
-from vidql.errors import QueryError
+from vidql.base.errors import QueryError
 
-from .dialect_ast import NO_LOCATION, children, to_original
-from .dialect_lex import byte_to_char, paren
+from vidql.engine.sql.dialect_ast import NO_LOCATION, children, to_original
+from vidql.engine.sql.dialect_lex import byte_to_char, paren
 
 
 class QuerySpans:

@@ -10,12 +10,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from vidql.errors import OracleError
-from vidql.detections import FLOAT_COLUMNS, DetectionArrays, detections_frame
-from .oracle_api import Oracle, file_digest
-from vidql.ranges import BATCH_SIZE, Bounds
+from vidql.base.errors import OracleError
+from vidql.base.detections import FLOAT_COLUMNS, DetectionArrays, detections_frame
+from vidql.engine.labels.oracle_api import Oracle, file_digest
+from vidql.base.ranges import BATCH_SIZE, Bounds
+from vidql.engine.sql.sqlnames import ORACLE_KINDS
 
-ORACLE_KINDS = ("ONNX", "TORCHVISION", "LABELS", "PYTHON")
 COST_MS = Bounds(0.0)                     # simulated milliseconds per frame
 
 
@@ -257,7 +257,7 @@ def make_oracle(name: str, kind: str, source: str, options: dict | None = None) 
     kind = kind.upper()
     builders = {"LABELS": LabelsOracle, "PYTHON": PythonOracle}
     if kind in ("ONNX", "TORCHVISION"):  # their libraries load only for them
-        from .oracle_models import OnnxDetector, TorchvisionDetector
+        from vidql.engine.labels.oracle_models import OnnxDetector, TorchvisionDetector
 
         builders.update(ONNX=OnnxDetector, TORCHVISION=TorchvisionDetector)
     if kind not in builders:

@@ -1,4 +1,4 @@
-"""Statements of the vidql dialect: what `vidql.engine.dialect.parse` returns.
+"""Statements of the vidql dialect: what `vidql.engine.sql.dialect.parse` returns.
 
 Pure data: names are as written (double quotes removed), option keys lower-case,
 percentages already turned into fractions (95% -> 0.95).
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .framestat import FrameExpr
+from vidql.engine.sql.framestat import FrameExpr
 
 INDEX_METHODS = ("TASTI",)
 QUERY_KINDS = ("exact", "aggregate", "aggregate_budget", "limit", "select_recall",
@@ -183,7 +183,7 @@ class OutputColumn:
 
 @dataclass(frozen=True)
 class Query:
-    """A SELECT query, exact or approximate (see `vidql.engine.dialect` for `kind`).
+    """A SELECT query, exact or approximate (see `vidql.engine.sql.dialect` for `kind`).
 
     `sql` is the DuckDB SQL left after removing EXPLAIN and the dialect clauses (LIMIT
     stays). The WHERE clause is split at its top-level ANDs into `predicate` (the parts

@@ -16,9 +16,9 @@ import duckdb
 import numpy as np
 import pandas as pd
 
-from .dialect_lex import Token, connection, string_value, tokenize
-from vidql.detections import DETECTION_COLUMNS, DetectionArrays
-from vidql.errors import QueryError
+from vidql.engine.sql.dialect_lex import Token, connection, string_value, tokenize
+from vidql.base.detections import DETECTION_COLUMNS, DetectionArrays
+from vidql.base.errors import QueryError
 
 FRAME_FUNCTIONS = ("objects", "contains")
 # functions that give a value for any values of their arguments (DuckDB's own, in a frame

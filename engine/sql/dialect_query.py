@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import math
 
-from .dialect_clauses import budget_problem, read_tail, tail_start
-from .dialect_ast import (COMPARISONS, FLIPPED, NO_LOCATION, assemble_sql, children, duckdb_ast,
+from vidql.engine.sql.dialect_clauses import budget_problem, read_tail, tail_start
+from vidql.engine.sql.dialect_ast import (COMPARISONS, FLIPPED, NO_LOCATION, assemble_sql, children, duckdb_ast,
                           numeric_constant)
-from .dialect_kind import QueryShape, query_kind
-from .dialect_lex import Token
-from .dialect_statements import Aggregate, OutputColumn, Query
-from vidql.errors import QueryError
-from .framestat import parse_frame_expr
+from vidql.engine.sql.dialect_kind import QueryShape, query_kind
+from vidql.engine.sql.dialect_lex import Token
+from vidql.engine.sql.dialect_statements import Aggregate, OutputColumn, Query
+from vidql.base.errors import QueryError
+from vidql.engine.sql.framestat import parse_frame_expr
 
 APPROX_AGGREGATES = {"avg": "avg", "mean": "avg", "sum": "sum", "count": "count",
                      "count_star": "count"}

@@ -19,14 +19,14 @@ import duckdb
 import numpy as np
 import pandas as pd
 
-from vidql.errors import CatalogError, OracleError, VideoError
-from .catalog_upgrade import upgrade_catalog
-from .clips import ClipMap, clip_names, creation_timestamp, video_paths
-from .labelcache import SCHEMA_SQL, LabelCache
-from .labeljournal import LabelJournal
-from .sqlnames import quote_name
-from .oracle_api import Oracle
-from .oracle_kinds import absolute_source, changed_sources, make_oracle
+from vidql.base.errors import CatalogError, OracleError, VideoError
+from vidql.engine.catalog.upgrade import upgrade_catalog
+from vidql.engine.labels.clips import ClipMap, clip_names, creation_timestamp, video_paths
+from vidql.engine.labels.cache import SCHEMA_SQL, LabelCache
+from vidql.engine.labels.journal import LabelJournal
+from vidql.engine.sql.sqlnames import quote_name
+from vidql.engine.labels.oracle_api import Oracle
+from vidql.engine.labels.oracle_kinds import absolute_source, changed_sources, make_oracle
 
 CATALOG_SQL = SCHEMA_SQL + """
 CREATE TABLE IF NOT EXISTS vidql.videos (

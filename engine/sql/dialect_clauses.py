@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from .dialect_lex import Cursor, Token, paren
-from .dialect_statements import Clauses
-from vidql.errors import QueryError
-from vidql.ranges import (ABSOLUTE_ERROR, BUDGET, CONFIDENCE, GAP, PRECISION_TARGET, RECALL_TARGET,
+from vidql.engine.sql.dialect_lex import Cursor, Token, paren
+from vidql.engine.sql.dialect_statements import Clauses
+from vidql.base.errors import QueryError
+from vidql.base.ranges import (ABSOLUTE_ERROR, BUDGET, CONFIDENCE, GAP, PRECISION_TARGET, RECALL_TARGET,
                      RELATIVE_ERROR, SEED, Bounds)
 
 TWO_WORD = {("ERROR", "WITHIN"): "error", ("ORACLE", "BUDGET"): "budget",

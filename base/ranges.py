@@ -1,5 +1,5 @@
 """Allowed ranges of the numbers a user gives (query clauses, statement options), defined
-once: the parser (vidql.engine.dialect_clauses), the operators (vidql.queries) and the
+once: the parser (vidql.engine.sql.dialect_clauses), the operators (vidql.queries) and the
 option checks all read them. Light to import: the parser needs it."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from vidql.errors import ParameterError
+from vidql.base.errors import ParameterError
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,7 @@ def percent(fraction: float) -> str:
     return f"{round(fraction * 100, 4):g}%"
 
 
-# Ranges of the query clauses, shared by the parser (vidql.engine.dialect_clauses) and the
+# Ranges of the query clauses, shared by the parser (vidql.engine.sql.dialect_clauses) and the
 # operators. Fractions: CONFIDENCE 95% is 0.95.
 CONFIDENCE = Bounds(0.0, 1.0, open_low=True, open_high=True)
 ABSOLUTE_ERROR = Bounds(0.0, None, open_low=True)

@@ -3,9 +3,9 @@ SHOW/DROP ORACLE, CREATE/REFRESH/SHOW/DROP INDEX. Statements DuckDB also knows (
 DuckDB meaning: `LOAD httpfs`, `SET threads = 2`, `CREATE INDEX i ON t (col)`."""
 from __future__ import annotations
 
-from .dialect_lex import Cursor, Token
-from .oracle_kinds import ORACLE_KINDS
-from .dialect_statements import (AlterVideoPath, AlterVideoStart, CreateIndex, CreateOracle,
+from vidql.engine.sql.dialect_lex import Cursor, Token
+from vidql.engine.sql.sqlnames import ORACLE_KINDS
+from vidql.engine.sql.dialect_statements import (AlterVideoPath, AlterVideoStart, CreateIndex, CreateOracle,
                                  DropIndex, DropOracle, DropVideo, INDEX_METHODS, LoadVideo,
                                  RefreshIndex, SetExecutor, SetOracle, ShowClips, ShowIndexes,
                                  ShowOracles, ShowVideos)

@@ -1,15 +1,15 @@
-"""The kind rule of the dialect (documented on `vidql.engine.dialect`): which operator
+"""The kind rule of the dialect (documented on `vidql.engine.sql.dialect`): which operator
 answers a query, decided from its vidql clauses and its SQL shape, and the errors for
 shapes a kind cannot answer."""
 from __future__ import annotations
 
-from .dialect_ast import NO_LOCATION, and_parts, expressions, numeric_constant, \
+from vidql.engine.sql.dialect_ast import NO_LOCATION, and_parts, expressions, numeric_constant, \
     uses_frame_functions, aggregate_names
-from .dialect_clauses import CLAUSE_HINT, NAMES
-from .dialect_spans import QuerySpans
-from .dialect_statements import Clauses
-from .framestat import parse_frame_expr
-from vidql.errors import QueryError
+from vidql.engine.sql.dialect_clauses import CLAUSE_HINT, NAMES
+from vidql.engine.sql.dialect_spans import QuerySpans
+from vidql.engine.sql.dialect_statements import Clauses
+from vidql.engine.sql.framestat import parse_frame_expr
+from vidql.base.errors import QueryError
 
 TARGETS = {"recall": "select_recall", "precision": "select_precision", "rare": "rare"}
 SELECTION_COLUMNS = ("clip", "frame", "ts")  # a selection's columns a select list may name
@@ -182,7 +182,7 @@ class QueryShape(QuerySpans):
 
 
 def query_kind(shape: QueryShape) -> str:
-    """The query's kind (see `vidql.engine.dialect`); QueryError for a shape it refuses or
+    """The query's kind (see `vidql.engine.sql.dialect`); QueryError for a shape it refuses or
     a clause its kind does not take."""
     kind = _kind(shape)
     _check_clause_use(shape, kind)

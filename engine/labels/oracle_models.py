@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from vidql.errors import OracleError
-from vidql.detections import DetectionArrays, detections_frame
-from .oracle_api import COCO_CLASSES, Oracle, file_digest
-from vidql.ranges import BATCH_SIZE, Bounds
+from vidql.base.errors import OracleError
+from vidql.base.detections import DetectionArrays, detections_frame
+from vidql.engine.labels.oracle_api import COCO_CLASSES, Oracle, file_digest
+from vidql.base.ranges import BATCH_SIZE, Bounds
 
 YOLO_INPUT_PAD = 114
 SCORE = Bounds(0.0, 1.0)    # minimum detection confidence kept

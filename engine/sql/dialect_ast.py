@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 import math
 
-from vidql.errors import QueryError
+from vidql.base.errors import QueryError
 
-from .dialect_clauses import CLAUSE_HINT, ONE_WORD, SECOND_WORDS
-from .dialect_lex import byte_to_char, connection
-from .framestat import FRAME_FUNCTIONS
+from vidql.engine.sql.dialect_clauses import CLAUSE_HINT, ONE_WORD, SECOND_WORDS
+from vidql.engine.sql.dialect_lex import byte_to_char, connection
+from vidql.engine.sql.framestat import FRAME_FUNCTIONS
 
 COMPARISONS = {"COMPARE_EQUAL": "=", "COMPARE_LESSTHAN": "<", "COMPARE_LESSTHANOREQUALTO": "<=",
                "COMPARE_GREATERTHAN": ">", "COMPARE_GREATERTHANOREQUALTO": ">="}

@@ -1,0 +1,1 @@
+"""The base layer: errors, the allowed ranges of user numbers, atomic files, the detections table."""

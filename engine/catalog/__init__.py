@@ -1,0 +1,1 @@
+"""The catalog: videos as collections of clips, catalog upgrades, index store, executors."""

@@ -1,0 +1,1 @@
+"""Oracles and their labels: the oracle kinds, the durable label journal and cache, clip maps."""

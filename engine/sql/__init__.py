@@ -1,0 +1,1 @@
+"""The SQL dialect: tokenizer, statements, clauses, query shapes, frame statistics, quoted names."""
