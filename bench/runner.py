@@ -26,7 +26,8 @@ def load_scenarios() -> dict:
     return SCENARIOS
 
 
-def _markdown_table(rows: list[dict]) -> str:
+def markdown_table(rows: list[dict]) -> str:
+    """Rows with identical keys as a Markdown table (floats to 4 significant digits)."""
     if not rows:
         return ""
     keys = list(rows[0])
@@ -47,7 +48,7 @@ def run(names: list[str], ctx: BenchContext) -> dict:
                              f"available: {', '.join(sorted(registry))}")
     ctx.out_dir.mkdir(parents=True, exist_ok=True)
     report = {"machine": {"python": platform.python_version(), "platform": platform.platform()},
-              "quick": ctx.quick, "seed": ctx.seed, "scenarios": {}}
+              "quick": ctx.quick, "tiny": ctx.tiny, "seed": ctx.seed, "scenarios": {}}
     md = [f"# vidql bench ({'quick' if ctx.quick else 'full'}, seed {ctx.seed})", ""]
     for name in names or sorted(registry):
         description, fn = registry[name]
@@ -66,11 +67,11 @@ def run(names: list[str], ctx: BenchContext) -> dict:
         if result is None:
             md += [f"**failed**: {entry['error']}", ""]
         else:
-            md += [_markdown_table(result.table), ""]
+            md += [markdown_table(result.table), ""]
             md += [f"- {n}" for n in result.notes]
             md += [f"![{Path(p).name}]({Path(p).name})" for p in result.plots]
             md.append("")
-        print(_markdown_table(result.table) if result else f"failed: {entry['error']}", flush=True)
+        print(markdown_table(result.table) if result else f"failed: {entry['error']}", flush=True)
         with open(ctx.out_dir / "results.json", "w") as fh:
             json.dump(report, fh, indent=2, default=str)
     (ctx.out_dir / "report.md").write_text("\n".join(md))

@@ -98,3 +98,26 @@ def test_demo_command_runs_every_query_kind(tmp_path, capsys):
         assert f"> {query.approximate}" in out
     calls = re.search(r"(\d+) oracle calls built the index and (\d+) answered", out)
     assert calls and 0 < int(calls.group(1)) < 600
+
+
+def test_perfdoc_writes_the_page_from_bench_results(tmp_path):
+    """`vidql perfdoc DIR --out FILE`: each scenario's table, notes and plots from results.json,
+    a later run's scenario replacing an earlier one's; a folder without results is refused."""
+    def bench_run(folder, answer):
+        folder.mkdir()
+        (folder / "limit.png").write_bytes(b"\x89PNG\r\n")
+        entry = {"figures": {}, "table": [{"data": "traffic", "ratio": answer}],
+                 "plots": [str(folder / "limit.png")], "notes": ["proxy order vs random"], "seconds": 1.5}
+        (folder / "results.json").write_text(json.dumps(
+            {"machine": {"python": "3.11", "platform": "x"}, "quick": True, "seed": 0,
+             "scenarios": {"limit": entry, "agg": {"error": "ValueError: boom", "seconds": 0.1}}}))
+        return folder
+
+    first, second = bench_run(tmp_path / "a", 1.0), bench_run(tmp_path / "b", 22.5)
+    page = tmp_path / "docs" / "performance.md"
+    assert main(["perfdoc", str(first), str(second / "results.json"), "--out", str(page)]) == 0
+    text = page.read_text()
+    assert "| traffic | 22.5 |" in text and "| traffic | 1 |" not in text
+    assert "- proxy order vs random" in text and "**failed**: ValueError: boom" in text
+    assert "![limit](img/bench/limit.png)" in text and (tmp_path / "docs/img/bench/limit.png").exists()
+    assert main(["perfdoc", str(tmp_path / "docs"), "--out", str(page)]) == 2

@@ -72,6 +72,14 @@ def cmd_bench(args) -> int:
     return 1 if failed else 0
 
 
+def cmd_perfdoc(args) -> int:
+    from vidql.bench.perfdoc import write_performance_doc
+
+    names = write_performance_doc([Path(s) for s in args.results], Path(args.out))
+    print(f"wrote {args.out} ({len(names)} scenarios: {', '.join(names)})")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="vidql", description="Proxy-accelerated SQL over video.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -119,6 +127,12 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--no-shared", action="store_true", help="skip the ../shared real data")
     b.add_argument("--list", action="store_true", help="list scenarios and exit")
     b.set_defaults(fn=cmd_bench)
+
+    pd = sub.add_parser("perfdoc", help="write docs/performance.md from bench results")
+    pd.add_argument("results", nargs="+", help="bench output folders or their results.json "
+                                                "(a later one's scenario replaces an earlier one's)")
+    pd.add_argument("--out", default="docs/performance.md", help="the Markdown page to write")
+    pd.set_defaults(fn=cmd_perfdoc)
     return p
 
 
