@@ -43,7 +43,7 @@ def draw(rows, boxes, summary: str, out: Path) -> None:
     with FrameReader(SHARED / "data/residential_street.mp4") as reader:
         images = reader.read(rows["frame"].tolist())
     fig, axes = plt.subplots(1, len(images), figsize=(4 * len(images), 3.6))
-    for ax, image, (_, row) in zip(axes, images, rows.iterrows()):
+    for ax, image, (_, row) in zip(axes, images, rows.iterrows(), strict=True):
         ax.imshow(image)
         for _, b in boxes[boxes["frame"] == row["frame"]].iterrows():
             colour = COLOURS.get(b["label"], "tab:gray")
