@@ -3,6 +3,8 @@ oracle. ERROR WITHIN and LIMIT are estimated by a dry run of the operator itself
 values (StandIn); budgeted kinds by their budget less what is labelled already."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pandas as pd
 
@@ -12,29 +14,38 @@ from vidql.engine.sql.framestat import FrameExpr, frame_statistic, is_predicate
 from vidql.engine.labels.oracle_api import never_gives, unknown_label_notes
 from vidql.engine.planner import (OPERATORS, Binding, cap_ran_out, column_groups, count_star, error_bound,
                       group_codes, grouped_error_bound, predicate_expr, query_confidence)
+from vidql.engine.pricing import TIMING_FRAMES, Price, oracle_ms, price, uniform_draw
 from vidql.engine.result import Report, Result
 
 
 def explain(db, q: Query) -> Result:
-    """The plan and its estimated oracle calls and seconds, without calling the oracle."""
+    """The plan, its estimated oracle calls and seconds (the oracle's and decoding's), and
+    the exact scan's beside it, without calling the oracle (but to time one never timed)."""
     if q.kind == "exact":
         report = Report(operator="exact")
-        calls = _estimate_exact(db, q, report)
+        plan = scan = _estimate_exact(db, q, report)
     else:
         b = Binding(db, q)
         report = b.report(OPERATORS[q.kind])
-        calls = _estimate_approximate(b, q, report)
-        oracle = b.cache.oracle
-        report.simulated_cost_ms = oracle.simulated_cost_ms
-        ms = oracle.simulated_cost_ms if oracle.simulated_cost_ms is not None else \
-            db.catalog.measured_ms_per_frame(oracle.identity)
-        report.estimated_seconds = None if ms is None else calls * ms / 1000
-        if oracle.simulated_cost_ms is not None:
-            report.details["seconds"] = "seconds simulated from the oracle's cost_ms"
-    report.estimated_calls = int(calls)
+        ms, how = oracle_ms(db.catalog, b.cache, uniform_draw(b.population, b.cache.labelled_frames,
+                                                              TIMING_FRAMES))
+        calls, frames = _estimate_approximate(b, q, report)
+        if frames is None:  # a budgeted kind: its draws priced as a uniform sample
+            frames = uniform_draw(b.population, b.cache.labelled_frames, calls)
+        fresh = b.population[~np.isin(b.population, b.cache.labelled_frames)]
+        plan = price(db.catalog, b.video, b.cache, frames, ms)
+        plan = dataclasses.replace(plan, calls=int(calls),
+                                   oracle_seconds=None if ms is None else calls * ms / 1000)
+        scan = price(db.catalog, b.video, b.cache, fresh, ms)
+        report.simulated_cost_ms = b.cache.oracle.simulated_cost_ms
+        if how:
+            report.details["seconds"] = how
+    report.estimated_calls = plan.calls
+    report.estimated_seconds = plan.seconds
     row = {"operator": report.operator, "video": report.video, "oracle": report.oracle,
            "index": report.index, "estimated_oracle_calls": report.estimated_calls,
-           "estimated_seconds": report.estimated_seconds,
+           "estimated_seconds": plan.seconds, "estimated_decode_seconds": plan.decode_seconds,
+           "exact_scan_oracle_calls": scan.calls, "exact_scan_seconds": scan.seconds,
            "note": "; ".join(filter(None, [report.details.get("estimate"),
                                            report.details.get("seconds"),
                                            report.details.get("label_note"),
@@ -71,13 +82,14 @@ def _budget_text(budget: int | None, n: int) -> str:
     return str(budget) if budget is not None else f"none below {n} (labelling every frame is exact)"
 
 
-def _estimate_exact(db, q: Query, report: Report) -> int:
-    total = 0
+def _estimate_exact(db, q: Query, report: Report) -> Price:
+    """The frames in range not yet labelled, priced: the oracle's time and decoding them."""
     names = {v.lower(): v for v in db.catalog.video_names()}
     videos = [names[t.split(".")[0].lower()] for t in q.tables if t.split(".")[0].lower() in names]
     functions = bind_query(db.catalog, q.sql, list(dict.fromkeys(videos)), q.clauses.oracle).functions
     read, objects = label_reads(list(names.values()), q.tables, bool(functions))
     oracles, bounds = [], label_bounds(q, list(names.values()))
+    total = Price(0, 0.0, 0.0, 0)
     for video in read:
         cache = db.catalog.label_cache(video, q.clauses.oracle)
         report.video, report.oracle = video, cache.oracle.name
@@ -85,7 +97,12 @@ def _estimate_exact(db, q: Query, report: Report) -> int:
         if functions_known(cache, functions, video in objects):
             continue
         wanted = needed_frames(db.catalog.con, video, cache.clip_map, bounds.get(video))
-        total += int((~np.isin(wanted, cache.labelled_frames)).sum())
+        fresh = wanted[~np.isin(wanted, cache.labelled_frames)]
+        ms, how = oracle_ms(db.catalog, cache, fresh[:TIMING_FRAMES])
+        if how:
+            report.details["seconds"] = how
+        fresh = wanted[~np.isin(wanted, cache.labelled_frames)]
+        total = total.plus(price(db.catalog, video, cache, fresh, ms))
     report.details["estimate"] = ("frames in range not yet in the label cache (none for frame "
                                   "functions only of labels the oracle never gives)")
     note = unknown_label_notes(oracles, [fn.label for fn in functions])
@@ -94,32 +111,33 @@ def _estimate_exact(db, q: Query, report: Report) -> int:
     return total
 
 
-def _estimate_approximate(b: Binding, q: Query, report: Report) -> int:
-    """Oracle calls the query will make: the budget for budgeted kinds; for ERROR WITHIN
-    and LIMIT, a dry run of the operator itself on stand-in values (no oracle call)."""
+def _estimate_approximate(b: Binding, q: Query, report: Report) -> tuple[int, np.ndarray | None]:
+    """(oracle calls the query will make, the frames it labels where a dry run knows them):
+    the budget for budgeted kinds; for ERROR WITHIN and LIMIT, a dry run of the operator
+    itself on stand-in values (no oracle call)."""
     c = q.clauses
     if q.kind in ("select_recall", "select_precision"):  # frames already labelled are free
         calls = _estimate_selection(b.proxy(predicate_expr(q)), q, report)
-        return round(min(calls, b.n) * (1.0 - StandIn.cached_share(b)))
+        return round(min(calls, b.n) * (1.0 - StandIn.cached_share(b))), None
     if q.aggregate is not None and count_star(q):
         report.details["estimate"] = "COUNT(*) of the video table needs no oracle"
-        return 0
+        return 0, None
     if q.kind in ("aggregate_budget", "rare"):
         report.details["estimate"] = ("the ORACLE BUDGET (or every frame, if fewer), less the "
                                       "share of frames already labelled")
-        return round(min(int(c.budget), b.n) * (1.0 - StandIn.cached_share(b)))
+        return round(min(int(c.budget), b.n) * (1.0 - StandIn.cached_share(b))), None
     if never_gives(b.cache.oracle, [fn.label for fn in b.functions]):  # every statistic
         report.details["estimate"] = ("the oracle never gives a label the query's frame "
                                       "functions name, so they count 0 on every frame: no "
                                       "oracle call")
-        return 0
+        return 0, None
     stand_in = StandIn.build(b)
     if stand_in is None:
         report.details["estimate"] = (
             f"at most: no index and {b.cache.labelled_frames.size} labelled frames cached "
             f"(fewer than {MIN_PILOT}) give no basis for an estimate, so this is the most "
             "the query can call (every frame, or the ORACLE BUDGET)")
-        return min(c.budget or b.n, b.n)
+        return min(c.budget or b.n, b.n), None
     report.details["estimate"] = stand_in.note
     # with SEED, the dry run draws the frames the query will draw
     seed = 0 if c.seed is None else b.sampling_seed(int(c.seed))
@@ -133,7 +151,7 @@ def _estimate_approximate(b: Binding, q: Query, report: Report) -> int:
                             lambda positions: flags(positions)[0] > 0, k=q.limit,
                             gap=c.gap or 0, seed=seed, max_calls=c.budget,
                             batch=b.cache.oracle.batch_size)
-        return stand_in.uncached()
+        return stand_in.new_frames()
     if column_groups(q):
         results = grouped_error_bound(b, q, seed, Report(operator="estimate"),
                                       group_codes(b, q)[0], truths=stand_in).results
@@ -143,7 +161,7 @@ def _estimate_approximate(b: Binding, q: Query, report: Report) -> int:
         report.details["estimate"] += (f"; the dry run spent the ORACLE BUDGET of {c.budget} "
                                        "before the interval was within the error asked: "
                                        "expect a wider interval")
-    return stand_in.uncached()
+    return stand_in.new_frames()
 
 
 MIN_PILOT = 20  # labelled frames an estimate without an index needs
@@ -193,9 +211,10 @@ class StandIn:
 
         return lookup
 
-    def uncached(self) -> int:
-        """Oracle calls of the dry run: frames it labelled that are not labelled yet."""
-        return int((self.asked & ~self.cached).sum())
+    def new_frames(self) -> tuple[int, np.ndarray]:
+        """(oracle calls of the dry run, the frames it labelled that are not labelled yet)."""
+        frames = self.b.population[self.asked & ~self.cached]
+        return int(frames.size), frames
 
 
 def _proxy_plus_error(b: Binding, expr: FrameExpr, pick: np.ndarray) -> np.ndarray:

@@ -4,6 +4,7 @@ an index, on synthetic traffic and on a real clip; and every query EXPLAIN accep
 (issue 9, item 11)."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import vidql
@@ -146,3 +147,42 @@ def test_explain_says_when_the_cap_will_run_out(tmp_path, traffic):
         assert "not reached" in db.sql(query.format(0.01)).report.guarantee
         loose = db.sql("EXPLAIN " + query.format(100)).df()["note"][0]
         assert "wider" not in loose
+
+
+@pytest.fixture()
+def long_gop(tmp_path, oracle_module):
+    """A 240-frame clip with one 120-frame GOP per half, a pixel oracle that sleeps 2 ms a
+    frame, and the frames the oracle saw."""
+    from vidql.preprocess.testclip import write_counter_video
+
+    path = tmp_path / "gop120.mp4"
+    write_counter_video(path, 240, 160, 96, gop=120, bframes=0)
+    with vidql.connect(tmp_path / "g.db", progress=False) as db:
+        db.sql(f"LOAD VIDEO '{path}' AS g; CREATE ORACLE bright FROM PYTHON "
+               "'vq_test_oracle:BrightnessOracle' WITH (delay = 0.002); SET ORACLE g = bright")
+        yield db, oracle_module
+
+
+def test_explain_prices_decoding_beside_the_exact_scan(long_gop):
+    """EXPLAIN's seconds are the oracle's plus decoding's (each clip's GOPs, decoded up to
+    the last frame wanted, at the decode time LOAD measured); the exact scan is priced
+    beside the plan; a first EXPLAIN times an oracle that never ran on two frames, rather
+    than showing no seconds."""
+    db, oracle = long_gop
+    [cost] = db.catalog.read_costs("g")
+    plan = db.sql("EXPLAIN SELECT AVG(objects('car')) FROM g ORACLE BUDGET 24 SEED 1").df().iloc[0]
+    assert sum(oracle.CALLS) == 2 and "timed on 2 frame" in plan["note"]
+    assert plan["estimated_oracle_calls"] in (23, 24) and plan["exact_scan_oracle_calls"] == 238
+    # 24 frames drawn from two 120-frame GOPs: both decoded nearly to their ends
+    assert 200 * cost.seconds_per_frame <= plan["estimated_decode_seconds"] <= 240 * cost.seconds_per_frame
+    ms = db.catalog.measured_ms_per_frame(db.catalog.label_cache("g").oracle.identity)
+    assert plan["estimated_seconds"] == pytest.approx(
+        plan["estimated_oracle_calls"] * ms / 1000 + plan["estimated_decode_seconds"])
+    decoded = cost.decoded_in_order(np.setdiff1d(np.arange(240), db.labels("g").labelled_frames))
+    assert plan["exact_scan_seconds"] == pytest.approx(238 * ms / 1000 + decoded * cost.seconds_per_frame)
+    exact = db.sql("EXPLAIN SELECT count(*) FROM g WHERE frame < 10 AND objects('car') >= 1").df().iloc[0]
+    fresh = np.setdiff1d(np.arange(10), db.labels("g").labelled_frames)
+    assert exact["estimated_oracle_calls"] == exact["exact_scan_oracle_calls"] == fresh.size
+    assert exact["estimated_decode_seconds"] == pytest.approx(cost.decoded_in_order(fresh)
+                                                              * cost.seconds_per_frame)
+    assert sum(oracle.CALLS) == 2  # a timed oracle is not called again

@@ -105,6 +105,9 @@ def fingerprint_matches(stored: str, path: str | Path) -> bool:
     return int(size) == os.path.getsize(path) and head == now
 
 
+DECODE_TIMING = "decode.json"  # a clip's measured decode time per frame (preprocess.readcost)
+
+
 class Catalog:
     """Catalog tables over one DuckDB connection, plus the artifact folder."""
 
@@ -118,6 +121,8 @@ class Catalog:
         self._caches: dict[tuple[str, str], LabelCache] = {}
         self._checked: dict[tuple[str, int], str] = {}  # (video, ordinal) -> its checked path
         self._infos: dict[tuple[str, int], object] = {}  # (video, ordinal) -> its VideoInfo
+        self._read_costs: dict[tuple[str, int], object] = {}  # (video, ordinal) -> its ReadCost
+        self.read_only = read_only
         self._video_rows: dict[str, dict] | None = None  # within a query: rows read so far
         self._statement_caches: dict[tuple, LabelCache] = {}  # within a query: caches found
         self._clip_tables: dict[str, pd.DataFrame] = {}  # within a query: clip tables read
@@ -299,6 +304,9 @@ class Catalog:
         from vidql.preprocess.probe import save_info
 
         save_info(info, staging / "info.pkl")
+        from vidql.preprocess.readcost import measure_decode, save_timing
+
+        save_timing(measure_decode(info), staging / DECODE_TIMING)
         if rendition is not None:
             from vidql.preprocess.rendition import make_rendition
 
@@ -372,6 +380,7 @@ class Catalog:
         """Drop what this process remembers of a collection (after it changed)."""
         for key in [k for k in self._infos if k[0] == name]:
             del self._infos[key]
+            self._read_costs.pop(key, None)
         for key in [k for k in self._checked if k[0] == name]:
             del self._checked[key]
         for key in [k for k in self._caches if k[0] == name]:
@@ -452,6 +461,27 @@ class Catalog:
     def _clip_words(name: str, clip: str, single: bool) -> str:
         """How errors name a clip: as the video when it is its only clip."""
         return f"video {name!r}" if single else f"clip {clip!r} of video {name!r}"
+
+    def read_costs(self, name: str) -> list:
+        """Each clip's `ReadCost` (GOP layout, decode seconds per frame), in load order. LOAD
+        times a clip's decoding; a clip loaded before that is timed on first use."""
+        name = self.video_row(name)["name"]
+        return [self._read_cost(name, int(o)) for o in self.clip_table(name)["ordinal"]]
+
+    def _read_cost(self, name: str, ordinal: int):
+        from vidql.preprocess.readcost import ReadCost, load_timing, measure_decode, save_timing
+
+        key = (name, ordinal)
+        if key not in self._read_costs:
+            info = self.clip_info(name, ordinal)
+            saved = self.clip_dir(name, ordinal) / DECODE_TIMING
+            timing = load_timing(saved)
+            if timing is None:
+                timing = measure_decode(info)
+                if not self.read_only:
+                    save_timing(timing, saved)
+            self._read_costs[key] = ReadCost.of(info, timing)
+        return self._read_costs[key]
 
     def clip_infos(self, name: str) -> list:
         """Probe results of every clip in load order (each checked as clip_info does)."""

@@ -1,0 +1,83 @@
+"""What labelling a query's frames costs: the oracle's time per frame plus decoding the
+frames (each clip's `ReadCost`: GOP layout and measured decode time), for EXPLAIN and for
+the planner's choice between sampling and the exact scan."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from vidql.engine.labels.cache import LabelCache
+
+TIMING_FRAMES = 2  # frames a first EXPLAIN labels to time an oracle that never ran
+
+
+@dataclass(frozen=True)
+class Price:
+    """Estimated seconds of labelling `calls` frames: the oracle's and decoding's."""
+
+    calls: int
+    oracle_seconds: float | None  # None: the oracle's time per frame is unknown
+    decode_seconds: float
+    decoded_frames: int
+
+    @property
+    def seconds(self) -> float | None:
+        return None if self.oracle_seconds is None else self.oracle_seconds + self.decode_seconds
+
+    def plus(self, other: "Price") -> "Price":
+        """Both labellings' price together (unknown if either oracle's time is)."""
+        oracle = (None if self.oracle_seconds is None or other.oracle_seconds is None
+                  else self.oracle_seconds + other.oracle_seconds)
+        return Price(self.calls + other.calls, oracle, self.decode_seconds + other.decode_seconds,
+                     self.decoded_frames + other.decoded_frames)
+
+
+def oracle_ms(catalog, cache: LabelCache, frames: np.ndarray) -> tuple[float | None, str | None]:
+    """(milliseconds per frame, how it is known): a stated `cost_ms`; else the time measured
+    over what it labelled (none for a LABELS table); else, unless the database is read-only,
+    timed now by labelling `frames`, a frame or two not labelled yet (their labels are kept,
+    as any label is)."""
+    oracle = cache.oracle
+    if oracle.simulated_cost_ms is not None:
+        return oracle.simulated_cost_ms, "seconds simulated from the oracle's cost_ms"
+    ms = catalog.measured_ms_per_frame(oracle.identity)
+    if ms is not None or oracle.nearly_free:
+        return ms or 0.0, None
+    fresh = np.asarray(frames, dtype=np.int64)
+    if fresh.size == 0 or catalog.read_only:
+        return None, None
+    cache.ensure(fresh)
+    catalog.flush_labels()
+    return (catalog.measured_ms_per_frame(oracle.identity),
+            f"the oracle was timed on {fresh.size} frame(s) for this estimate (their labels are kept)")
+
+
+def decode_seconds(catalog, video: str, cache: LabelCache, frames: np.ndarray) -> tuple[float, int]:
+    """(seconds, frames decoded) to decode the global positions `frames` in file order, clip
+    by clip; nothing for an oracle that needs no pixels."""
+    frames = np.unique(np.asarray(frames, dtype=np.int64))
+    if not cache.oracle.needs_pixels or frames.size == 0:
+        return 0.0, 0
+    costs = catalog.read_costs(video)
+    seconds, decoded = 0.0, 0
+    for ordinal, local, _ in cache.clip_map.pieces(frames):
+        n = costs[ordinal].decoded_in_order(local)
+        seconds += costs[ordinal].seconds(n)
+        decoded += n
+    return seconds, decoded
+
+
+def price(catalog, video: str, cache: LabelCache, frames: np.ndarray, ms: float | None) -> Price:
+    """The price of labelling the global positions `frames` (all of them new)."""
+    seconds, decoded = decode_seconds(catalog, video, cache, frames)
+    oracle = None if ms is None else len(frames) * ms / 1000
+    return Price(int(len(frames)), oracle, seconds, decoded)
+
+
+def uniform_draw(population: np.ndarray, cached: np.ndarray, n: int) -> np.ndarray:
+    """`n` frames drawn uniformly (seeded) from the frames of `population` not in `cached`:
+    where a budgeted query's draws will fall, for pricing their decoding."""
+    fresh = population[~np.isin(population, cached)]
+    n = min(int(n), fresh.size)
+    return np.random.default_rng(0).choice(fresh, size=n, replace=False) if n else fresh[:0]

@@ -1,0 +1,103 @@
+"""What reading a clip's frames costs: its GOP layout and a measured decode time per frame.
+
+A frame can only be decoded from its GOP's keyframe, so reading frame f decodes every frame
+from that keyframe to f. Read in file order by one decoder that moves forward (vidql's
+`FrameReader.iter_frames`), a set of frames costs, for each GOP it touches, the frames from
+the keyframe to the last one wanted there; read one at a time, each frame costs its own
+distance from the keyframe. `ReadCost` prices both, from which EXPLAIN and the planner
+price a query's decoding.
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from vidql.base.files import atomic_path
+from vidql.preprocess.frames import FrameReader
+from vidql.preprocess.probe import VideoInfo
+
+MEASURED_FRAMES = 48  # frames decoded (from the start, in order) to time a clip's decoding
+
+
+@dataclass(frozen=True)
+class DecodeTiming:
+    """Seconds to decode one frame of a clip to RGB at its stored size, as measured."""
+
+    seconds_per_frame: float
+    frames_timed: int
+    width: int
+    height: int
+
+
+@dataclass(frozen=True, eq=False)
+class ReadCost:
+    """A clip's reading cost: `keyframes` (ascending frame numbers, the first 0),
+    `frame_count` and the decode time of one frame."""
+
+    keyframes: np.ndarray
+    frame_count: int
+    seconds_per_frame: float
+
+    @classmethod
+    def of(cls, info: VideoInfo, timing: DecodeTiming) -> "ReadCost":
+        keyframes = np.asarray(info.keyframes, dtype=np.int64)
+        if keyframes.size == 0 or keyframes[0] != 0:
+            keyframes = np.concatenate([[0], keyframes[keyframes > 0]])
+        return cls(keyframes, int(info.frame_count), float(timing.seconds_per_frame))
+
+    def _offsets(self, frames: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(GOP number, distance from its keyframe) of each frame."""
+        frames = np.asarray(frames, dtype=np.int64)
+        gops = np.searchsorted(self.keyframes, frames, side="right") - 1
+        return gops, frames - self.keyframes[gops]
+
+    def decoded_in_order(self, frames) -> int:
+        """Frames decoded to read `frames` in file order with a decoder that moves forward:
+        each GOP touched is decoded from its keyframe to the last frame wanted in it."""
+        frames = np.unique(np.asarray(frames, dtype=np.int64))
+        if frames.size == 0:
+            return 0
+        gops, offsets = self._offsets(frames)
+        last = np.r_[gops[1:] != gops[:-1], True]  # the last wanted frame of each GOP
+        return int((offsets[last] + 1).sum())
+
+    def decoded_one_by_one(self, frames) -> int:
+        """Frames decoded to read each of `frames` on its own (a seek to its keyframe each)."""
+        frames = np.asarray(frames, dtype=np.int64)
+        return int((self._offsets(frames)[1] + 1).sum()) if frames.size else 0
+
+    def seconds(self, decoded_frames: float) -> float:
+        """Seconds to decode `decoded_frames` frames."""
+        return float(decoded_frames) * self.seconds_per_frame
+
+
+def measure_decode(info: VideoInfo, frames: int = MEASURED_FRAMES) -> DecodeTiming:
+    """Time decoding the clip's first `frames` frames in order to RGB at its stored size, as
+    the oracle's reader does (the file opening is left out)."""
+    timed = np.arange(1, min(frames, info.frame_count - 1) + 1) if info.frame_count > 1 else np.zeros(1)
+    with FrameReader(info.path, info) as reader:
+        reader.read([0])  # open the file and the decoder first
+        start = time.perf_counter()
+        reader.read(timed)
+        seconds = time.perf_counter() - start
+    return DecodeTiming(seconds / timed.size, int(timed.size), int(info.width), int(info.height))
+
+
+def save_timing(timing: DecodeTiming, path: Path) -> None:
+    """Write `timing` as JSON, atomically."""
+    with atomic_path(path) as tmp:
+        Path(tmp).write_text(json.dumps(asdict(timing)))
+
+
+def load_timing(path: Path) -> DecodeTiming | None:
+    """The timing saved at `path`, or None when it is absent or unreadable (measure again)."""
+    try:
+        data = json.loads(Path(path).read_text())
+        return DecodeTiming(float(data["seconds_per_frame"]), int(data["frames_timed"]),
+                            int(data["width"]), int(data["height"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None

@@ -1,0 +1,64 @@
+"""A clip's reading cost (preprocess/readcost.py): the frames a read decodes, as
+FrameReader.decoded counts them, and the decode time LOAD records."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import vidql
+from vidql.preprocess import FrameReader
+from vidql.preprocess.probe import probe_video
+from vidql.preprocess.readcost import DecodeTiming, ReadCost, load_timing, measure_decode
+from vidql.preprocess.testclip import write_counter_video
+
+N, GOP = 120, 24
+
+
+@pytest.fixture(scope="module")
+def clip(tmp_path_factory):
+    path = tmp_path_factory.mktemp("clip") / "gop24.mp4"
+    write_counter_video(path, N, 160, 96, gop=GOP, bframes=0)
+    return probe_video(path)
+
+
+def cost_of(info) -> ReadCost:
+    return ReadCost.of(info, DecodeTiming(0.002, 10, info.width, info.height))
+
+
+def test_keyframes_are_the_gops(clip):
+    assert list(cost_of(clip).keyframes) == list(range(0, N, GOP))
+
+
+@pytest.mark.parametrize("frames", [[5], [5, 7, 30], [0, 23, 24, 47, 100], [119], list(range(0, N, 7))])
+def test_in_order_price_is_what_the_reader_decodes(clip, frames):
+    with FrameReader(clip.path, clip, threads=1) as reader:
+        reader.read(frames)
+        assert reader.decoded == cost_of(clip).decoded_in_order(frames)
+
+
+def test_one_by_one_price_is_what_single_reads_decode(clip):
+    frames = [100, 5, 30, 7]
+    decoded = 0
+    for f in frames:
+        with FrameReader(clip.path, clip, threads=1) as reader:
+            reader.read([f])
+            decoded += reader.decoded
+    assert decoded == cost_of(clip).decoded_one_by_one(frames) == 101 - 96 + 6 + 7 + 8
+
+
+def test_seconds_are_frames_times_the_decode_time(clip):
+    assert cost_of(clip).seconds(50) == pytest.approx(0.1)
+
+
+def test_load_records_the_decode_time(clip, tmp_path):
+    timing = measure_decode(clip)
+    assert timing.frames_timed == 48 and 0 < timing.seconds_per_frame < 1
+    with vidql.connect(tmp_path / "db.db", progress=False) as db:
+        db.sql(f"LOAD VIDEO '{clip.path}' AS v")
+        saved = load_timing(db.catalog.clip_dir("v", 0) / "decode.json")
+        assert saved is not None and saved.width == 160 and saved.frames_timed == 48
+        (db.catalog.clip_dir("v", 0) / "decode.json").write_text("{not json")
+    with vidql.connect(tmp_path / "db.db", progress=False) as db:  # damaged: timed again
+        [cost] = db.catalog.read_costs("v")
+        assert cost.frame_count == N and cost.seconds_per_frame > 0
+        assert load_timing(db.catalog.clip_dir("v", 0) / "decode.json") is not None
