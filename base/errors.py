@@ -49,3 +49,7 @@ class OracleError(VidqlError):
 
 class ParameterError(VidqlError, ValueError):
     """A parameter outside its allowed range."""
+
+
+class DiskFullError(VidqlError, OSError):
+    """The disk holding the database or its label journal is full."""

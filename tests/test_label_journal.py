@@ -2,27 +2,44 @@
 tables, replayed after a kill."""
 from __future__ import annotations
 
+import errno
+import json
 import os
+import shutil
+import struct
 import time
+import zlib
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
+import duckdb
 import vidql
-from vidql.engine.labels import cache as labelcache, journal as labeljournal
-from vidql.engine.labels.journal import read_records, record
+from vidql.database import artifacts_dir_for
+from vidql.engine.labels import journal as labeljournal
+from vidql.engine.labels.journal import HEAD, MAGIC, LabelBatch, read_records, record
 
 from conftest import kill_when_blocked
 
 
 @pytest.fixture()
-def synced(monkeypatch) -> list:
-    """The file descriptors the journal makes durable from now on (it still does)."""
-    calls = []
+def durable(monkeypatch):
+    """`watch(path)`: from now on, the bytes of journal `path` that survive a power cut
+    (its content at its last fsync; None before any) are `watch(path)()`."""
+    last = {}
     sync = labeljournal.sync_file
-    monkeypatch.setattr(labeljournal, "sync_file", lambda fd: calls.append(fd) or sync(fd))
-    return calls
+
+    def watch(path: Path):
+        def recording(fd):
+            sync(fd)
+            last["bytes"] = path.read_bytes()
+
+        monkeypatch.setattr(labeljournal, "sync_file", recording)
+        return lambda: last.get("bytes")
+
+    return watch
 
 
 def _labelled(db) -> int:
@@ -122,101 +139,6 @@ def test_sigkill_during_a_query_keeps_its_journalled_batches(counter_clip, oracl
         assert _labelled(db) == 120
 
 
-def test_a_labelling_call_is_fsynced_once_for_a_nearly_free_oracle(small_traffic, tmp_path,
-                                                                   monkeypatch, synced):
-    """Every batch is written as it comes; a table lookup's batches are fsynced once, when
-    the labelling call ends (even when it fails), a costly oracle's after each batch. A
-    table lookup gets up to FREE_BATCH frames a call, whatever its batch_size."""
-    video, labels = small_traffic
-    with vidql.connect(tmp_path / "f.db", progress=False) as db:
-        db.sql(f"LOAD VIDEO '{video}' AS t; "
-               f"CREATE ORACLE free FROM LABELS '{labels}' WITH (batch_size = 16); "
-               f"CREATE ORACLE costly FROM LABELS '{labels}' WITH (batch_size = 16, "
-               "cost_ms = 40); SET ORACLE t = free")
-        journal = db.artifacts / "labels.journal"
-        for name, frames, batches in (("free", np.arange(64), 1),
-                                      ("costly", np.arange(64, 128), 4)):
-            cache = db.catalog.label_cache("t", name)
-            written = len(read_records(journal.read_bytes())) if journal.exists() else 0
-            synced.clear()
-            cache.ensure(frames)
-            assert len(read_records(journal.read_bytes())) - written == batches, name
-            assert len(synced) == (1 if name == "free" else batches), name
-        monkeypatch.setattr(labelcache, "FREE_BATCH", 16)  # several calls, one of them failing
-        cache = db.catalog.label_cache("t", "free")
-        detect, calls = cache.oracle.detect_in_clip, []
-
-        def failing(*args):
-            calls.append(1)
-            if len(calls) == 3:
-                raise RuntimeError("the oracle broke")
-            return detect(*args)
-
-        monkeypatch.setattr(cache.oracle, "detect_in_clip", failing)
-        synced.clear()
-        with pytest.raises(vidql.OracleError, match="the oracle broke"):
-            cache.ensure(np.arange(128, 192))
-        assert len(synced) == 1 and len(cache.labelled_frames) == 64 + 32  # two batches kept
-
-
-def test_a_query_fsyncs_a_nearly_free_oracle_once(small_traffic, tmp_path, synced,
-                                                  monkeypatch):
-    """An approximate query's labelling calls (ERROR WITHIN makes one per round) fsync a
-    table lookup's batches once, when its labelling ends (also when it fails), before the
-    answer; each batch is still written to the journal as it comes, and the disk is asked to
-    start writing them once WRITE_BACK_BYTES wait, so that fsync finds them written."""
-    video, labels = small_traffic
-    hints = []
-    if hasattr(os, "posix_fadvise"):
-        fadvise = os.posix_fadvise
-        monkeypatch.setattr(os, "posix_fadvise", lambda fd, at, size, advice: hints.append(
-            (fd, at, size, advice)) or fadvise(fd, at, size, advice))
-        monkeypatch.setattr(labeljournal, "WRITE_BACK_BYTES", 4096)
-    with vidql.connect(tmp_path / "q.db", progress=False) as db:
-        db.sql(f"LOAD VIDEO '{video}' AS t; "
-               f"CREATE ORACLE free FROM LABELS '{labels}' WITH (batch_size = 16); "
-               "SET ORACLE t = free")
-        journal = db.artifacts / "labels.journal"
-        synced.clear()
-        db.sql("SELECT AVG(objects('car')) FROM t ERROR WITHIN 0.3 SEED 2")
-        assert len(read_records(journal.read_bytes())) > 2 and len(synced) == 1
-        if hasattr(os, "posix_fadvise"):  # each from where the one before stopped
-            assert len(hints) > 1 and {h[3] for h in hints} == {os.POSIX_FADV_DONTNEED}
-            assert [h[1] for h in hints] == sorted({h[1] for h in hints}) and hints[0][1] == 0
-        cache = db.labels("t")
-        synced.clear()
-        with pytest.raises(RuntimeError, match="stop"), cache.labelling("a query"):
-            cache.ensure(np.arange(250, 266))
-            cache.ensure(np.arange(266, 282))
-            assert synced == []
-            raise RuntimeError("stop")
-        assert len(synced) == 1 and np.isin(np.arange(250, 282), cache.labelled_frames).all()
-
-
-@pytest.mark.skipif(not hasattr(os, "posix_fadvise"), reason="posix_fadvise is Linux/POSIX only")
-def test_the_first_bytes_since_a_fsync_are_handed_to_the_disk_at_once(small_traffic, tmp_path,
-                                                                        monkeypatch):
-    """Inside a query's labelling, a nearly free oracle's first batch since the last fsync
-    is handed to the disk as soon as it is written (a query labelling a few frames writes
-    far less than WRITE_BACK_BYTES), so the fsync before the answer finds it written; the
-    batches after it wait for WRITE_BACK_BYTES, and the next labelling starts afresh."""
-    hints = []
-    fadvise = os.posix_fadvise
-    monkeypatch.setattr(os, "posix_fadvise", lambda fd, at, size, advice: hints.append(
-        at) or fadvise(fd, at, size, advice))
-    with _traffic(tmp_path / "h.db", small_traffic) as db:
-        cache = db.labels("t")
-        journal = db.artifacts / "labels.journal"
-        for query in range(2):
-            start = journal.stat().st_size
-            hints.clear()
-            with cache.labelling(f"query {query}"):
-                cache.ensure(np.arange(10 * query, 10 * query + 4))
-                assert hints == [start]
-                cache.ensure(np.arange(10 * query + 150, 10 * query + 154))
-            assert hints == [start] and journal.stat().st_size > start
-
-
 def test_a_read_write_database_opens_its_journal_with_it(small_traffic, tmp_path, monkeypatch):
     """The journal file is opened when a read-write database opens (and emptied in place
     after a merge), so that no query's first batch waits to open it."""
@@ -233,53 +155,6 @@ def test_a_read_write_database_opens_its_journal_with_it(small_traffic, tmp_path
         db.labels("t").ensure(np.arange(280, 290))
         assert len(read_records((db.artifacts / "labels.journal").read_bytes())) == 1
     assert len(opened) == 1
-
-
-def test_records_keep_detections_in_the_narrowest_exact_dtypes():
-    """A detector's float32 output is written as float32, whole-pixel boxes with score 1 (a
-    ground-truth table) as int16, frames as int32 and label codes as int16: a half or a
-    quarter of the bytes, read back exactly, values in the dtype written. Values float32
-    cannot hold stay float64 (whole ones int16 cannot hold go to float32), values an oracle
-    gives as int16 or float32 are written as they are, and a record written before (all
-    arrays wide, no dtypes in its header) still reads."""
-    import json
-    import struct
-    from dataclasses import replace
-
-    from vidql.base.detections import DetectionArrays
-    from vidql.engine.labels.journal import LabelBatch
-
-    rng = np.random.default_rng(3)
-    m = 500
-    frames = np.arange(100, 164)
-    det = DetectionArrays(np.sort(rng.choice(frames, m)), rng.integers(0, 3, m).astype(np.int32),
-                          ("car", "bus", "person"),
-                          np.column_stack([rng.random(m).astype(np.float32),
-                                           np.round(rng.random((m, 4)) * 300)]).astype(np.float64))
-    counts = np.bincount(det.frame - 100, minlength=64).astype(np.int32)
-    whole = np.column_stack([np.ones(m), det.values[:, 1:]])
-    for values, most, stored in ((det.values, 27, np.float32), (det.values + 0.1, 47, np.float64),
-                                 (whole, 17, np.int16), (whole * 200, 27, np.float32),
-                                 (whole.astype(np.int16), 17, np.int16),  # as an oracle gives
-                                 (det.values.astype(np.float32), 27, np.float32)):
-        batch = LabelBatch("v", "o", "c", frames, counts, replace(det, values=values), [64, 0.5])
-        payload = b"".join(batch.payload())
-        assert len(payload) < 1000 + most * m
-        back = LabelBatch.decode(payload)
-        for got, want in ((back.frames, frames), (back.counts, counts), (back.detections.frame,
-                          det.frame), (back.detections.codes, det.codes),
-                          (back.detections.values, values)):
-            assert got.dtype == (stored if got is back.detections.values else want.dtype)
-            np.testing.assert_array_equal(got, want)
-        assert back.detections.names == det.names and back.cost == [64, 0.5]
-    header = json.dumps({"video": "v", "oracle": "o", "clip": "c", "frames": 64, "rows": m,
-                         "labels": list(det.names), "cost": None}).encode()
-    wide = b"".join([struct.pack("<I", len(header)), header, frames.astype("<i8").tobytes(),
-                     counts.astype("<i4").tobytes(), det.frame.astype("<i8").tobytes(),
-                     det.codes.astype("<i4").tobytes(), det.values.astype("<f8").tobytes()])
-    old = LabelBatch.decode(wide)
-    np.testing.assert_array_equal(old.detections.values, det.values)
-    np.testing.assert_array_equal(old.detections.frame, det.frame)
 
 
 def test_a_short_write_is_completed(tmp_path, monkeypatch):
@@ -303,10 +178,8 @@ def test_a_short_write_is_completed(tmp_path, monkeypatch):
 
 def test_a_report_says_how_long_its_labels_took_to_make_durable(small_traffic, tmp_path,
                                                                  monkeypatch):
-    """`seconds['fsync']`: the journal's fsyncs and write-back hand-overs while the statement
-    labelled (a few tenths of a millisecond a query on this machine's disk, most of what
-    the label path adds to LIMIT at 10k frames), for approximate and exact statements; 0
-    when nothing new was labelled."""
+    """`seconds['fsync']`: the journal's fsyncs while the statement labelled, for
+    approximate and exact statements; 0 when nothing new was labelled."""
     sync = labeljournal.sync_file
 
     def slow_sync(fd):
@@ -321,3 +194,233 @@ def test_a_report_says_how_long_its_labels_took_to_make_durable(small_traffic, t
         assert 0.05 <= db.last_report.seconds["fsync"] < db.last_report.seconds["total"]
         db.sql("SELECT AVG(objects('car')) FROM t ERROR WITHIN 0.3 SEED 2")  # all cached
         assert db.last_report.seconds["fsync"] == 0
+
+
+def _copy_database(src: Path, dst: Path) -> None:
+    """Copy a closed database file with its artifact folder."""
+    shutil.copy2(src, dst)
+    shutil.copytree(artifacts_dir_for(src), artifacts_dir_for(dst))
+
+
+@pytest.mark.parametrize("options", ["batch_size = 16", "batch_size = 16, cost_ms = 12"])
+def test_an_answered_querys_labels_survive_a_power_cut(small_traffic, tmp_path, durable,
+                                                       options):
+    """A power cut right after an approximate query answers keeps every label it made: the
+    journal as it was at its last fsync, put beside the database as it was before the
+    query, gives them all back (a table lookup and a costly oracle alike)."""
+    video, labels = small_traffic
+    path, cut = tmp_path / "p.db", tmp_path / "cut.db"
+    with vidql.connect(path, progress=False) as db:
+        db.sql(f"LOAD VIDEO '{video}' AS t; CREATE ORACLE o FROM LABELS '{labels}' "
+               f"WITH ({options}); SET ORACLE t = o")
+    _copy_database(path, cut)  # the database file does not change: the labels wait in the journal
+    query = "SELECT AVG(objects('car')) FROM t ERROR WITHIN 0.3 SEED 2"
+    with vidql.connect(path, progress=False) as db:
+        on_disk = durable(db.artifacts / "labels.journal")
+        calls = db.sql(query).report.oracle_calls
+        after_answer = on_disk()
+        assert calls > 32 and len(db.catalog.journal.pending) > 2
+    (artifacts_dir_for(cut) / "labels.journal").write_bytes(after_answer)
+    with vidql.connect(cut, progress=False) as db:
+        assert _labelled(db) == calls
+        assert db.sql(query).report.oracle_calls == 0
+
+
+def test_a_labelling_call_is_durable_when_it_returns_or_fails(small_traffic, tmp_path, durable,
+                                                             monkeypatch):
+    """Labels made outside a query (an index build's, an exact query's) are durable when
+    the labelling call returns, and the batches finished before an oracle failure when the
+    failure reaches the caller."""
+    with _traffic(tmp_path / "c.db", small_traffic) as db:
+        on_disk = durable(db.artifacts / "labels.journal")
+        cache = db.labels("t")
+        cache.ensure(np.arange(40))
+        assert sum(len(b.frames) for b in read_records(on_disk())) == 40
+        detect, calls = cache.oracle.detect_in_clip, []
+
+        def failing(*args):
+            calls.append(1)
+            if len(calls) == 2:
+                raise RuntimeError("the oracle broke")
+            return detect(*args)
+
+        monkeypatch.setattr(cache.oracle, "batch_size", 16)
+        monkeypatch.setattr(cache.oracle, "detect_in_clip", failing)
+        with pytest.raises(vidql.OracleError, match="the oracle broke"):
+            cache.ensure(np.arange(100, 164))
+        assert sum(len(b.frames) for b in read_records(on_disk())) == 40 + 16
+
+
+def test_sigkill_during_an_approximate_query_keeps_its_finished_batches(counter_clip,
+                                                                        oracle_module,
+                                                                        tmp_path):
+    """Killed while its oracle works on its fifth batch, an approximate query (whose batches
+    are fsynced only when it answers) has lost none of the four before: reopened, the
+    database holds them, and the query then labels only the rest."""
+    db_path, block_after = tmp_path / "db.vidql", 4
+    query = "SELECT AVG(objects('car')) FROM clip ERROR WITHIN 0.01 SEED 3"
+    kill_when_blocked(tmp_path, db_path, counter_clip, f"db.sql({query!r})", block_after)
+    with vidql.connect(db_path, progress=False) as db:
+        batch = db.labels("clip").oracle.batch_size
+        assert _labelled(db) == block_after * batch
+        oracle_module.CALLS.clear()
+        again = db.sql(query).report
+        assert sum(oracle_module.CALLS) == again.oracle_calls
+        assert again.cache_hits == block_after * batch
+
+
+def _journal_of(path: Path, small_traffic, frames: int = 200, step: int = 10) -> list:
+    """Label `frames` frames of the traffic video in batches of `step`, killed before the
+    merge: the journal's records (as bytes) and the database, closed."""
+    with _traffic(path, small_traffic) as db:
+        db.labels("t").ensure(np.arange(frames))
+        batches = list(db.catalog.journal.pending)
+        db.catalog.journal.pending = []  # as if the process died before the merge
+    parts = []
+    for b in batches:
+        for start in range(0, len(b.frames), step):
+            keep = b.frames[start:start + step]
+            det = b.detections.where(np.isin(b.detections.frame, keep))
+            parts.append(_record(LabelBatch(b.video, b.oracle, b.clip, keep,
+                                            b.counts[start:start + step], det, None)))
+    return parts
+
+
+def _reopen_warns(path: Path, match: str) -> int:
+    """Open the database (a warning matching `match`); the frames its catalog holds."""
+    with pytest.warns(UserWarning, match=match):
+        db = vidql.connect(path, progress=False)
+    with db:
+        return _labelled(db)
+
+
+def test_a_flipped_byte_loses_only_its_record(small_traffic, tmp_path):
+    """One flipped byte at 10% of the journal costs the record it falls in, not every
+    record after it: replay resynchronises on the next intact record, warns, and keeps
+    the damaged file beside the journal."""
+    path = tmp_path / "f.db"
+    parts = _journal_of(path, small_traffic)
+    data = bytearray(b"".join(parts))
+    at = len(data) // 10
+    data[at] ^= 0xFF
+    journal = artifacts_dir_for(path) / "labels.journal"
+    journal.write_bytes(bytes(data))
+    assert _reopen_warns(path, "damaged") == 200 - 10
+    assert (artifacts_dir_for(path) / "labels.journal.damaged-1").read_bytes() == bytes(data)
+
+
+def test_a_record_with_a_valid_crc_and_a_bad_header_is_skipped(small_traffic, tmp_path):
+    """A record whose CRC checks but whose header is no label batch (not JSON, or missing
+    fields) is skipped with a warning; connect does not fail and keeps the others."""
+    path = tmp_path / "h.db"
+    parts = _journal_of(path, small_traffic, frames=40)
+    bad = []
+    for payload in (struct.pack("<I", 8) + b"not json",
+                    struct.pack("<I", 2) + json.dumps({}).encode()):
+        bad.append(HEAD.pack(MAGIC, len(payload), zlib.crc32(payload)) + payload)
+    (artifacts_dir_for(path) / "labels.journal").write_bytes(
+        parts[0] + bad[0] + b"".join(parts[1:3]) + bad[1] + parts[3])
+    assert _reopen_warns(path, "no label batch") == 40
+
+
+def test_a_journal_path_that_is_a_directory_is_moved_aside(small_traffic, tmp_path):
+    """A directory where the journal belongs does not stop connect: it is moved aside,
+    with what it holds, with a warning, and a new journal works."""
+    path = tmp_path / "d.db"
+    _journal_of(path, small_traffic, frames=20)
+    journal = artifacts_dir_for(path) / "labels.journal"
+    journal.unlink()
+    journal.mkdir()
+    (journal / "keep.txt").write_text("mine")
+    assert _reopen_warns(path, "is a directory") == 0
+    assert (journal.with_name("labels.journal.damaged-1") / "keep.txt").read_text() == "mine"
+    with _traffic(path, small_traffic) as db:
+        db.labels("t").ensure(np.arange(10))
+        db.catalog.flush_labels()
+        assert _labelled(db) == 10 and journal.is_file()
+
+
+class _FullDiskOnCommit:
+    """A connection whose COMMIT fails as on a full disk, DuckDB having ended the
+    transaction."""
+
+    def __init__(self, con):
+        self._con = con
+
+    def __getattr__(self, name):
+        return getattr(self._con, name)
+
+    def execute(self, sql, *args):
+        if sql == "COMMIT":
+            self._con.execute("ROLLBACK")
+            raise duckdb.IOException("Could not write file \"x.db\": No space left on device")
+        return self._con.execute(sql, *args)
+
+
+def test_a_merge_on_a_full_disk_says_so_and_keeps_the_labels(small_traffic, tmp_path):
+    """A merge that fails on a full disk says that the disk is full and that the labels are
+    safe in the journal (not DuckDB's 'cannot rollback'); once there is room, they merge."""
+    with _traffic(tmp_path / "m.db", small_traffic) as db:
+        db.labels("t").ensure(np.arange(30))
+        journal = db.catalog.journal
+        con, journal.con = journal.con, _FullDiskOnCommit(journal.con)
+        with pytest.raises(vidql.VidqlError, match="disk is full.*safe in the label journal"):
+            db.catalog.flush_labels()
+        journal.con = con
+        assert len(read_records((db.artifacts / "labels.journal").read_bytes())) == 1
+        db.catalog.flush_labels()
+        assert _labelled(db) == 30
+
+
+def test_a_journal_write_on_a_full_disk_says_so_and_leaves_no_torn_record(small_traffic,
+                                                                        tmp_path, monkeypatch):
+    """A batch the journal cannot take (ENOSPC) is a VidqlError saying the disk is full,
+    the half-written record is cut off, and the batches before it stay."""
+    with _traffic(tmp_path / "w.db", small_traffic) as db:
+        cache = db.labels("t")
+        cache.ensure(np.arange(10))
+        journal = db.artifacts / "labels.journal"
+        size = journal.stat().st_size
+        real = os.write
+
+        def full(fd, parts):
+            real(fd, b"".join(bytes(p) for p in parts)[:20])
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        monkeypatch.setattr(labeljournal, "write_all", full)
+        with pytest.raises(vidql.VidqlError, match="disk is full.*safe in the label journal"):
+            cache.ensure(np.arange(10, 20))
+        assert journal.stat().st_size == size
+        monkeypatch.undo()
+        monkeypatch.setattr(labeljournal, "sync_file", lambda fd: (_ for _ in ()).throw(
+            OSError(errno.ENOSPC, "No space left on device")))
+        with pytest.raises(vidql.VidqlError, match="disk is full"):
+            cache.ensure(np.arange(20, 30))
+        monkeypatch.undo()
+        assert len(read_records(journal.read_bytes())) == 2
+
+
+def test_older_records_still_read():
+    """Records written by earlier versions read back exactly: all arrays wide with no dtypes
+    in the header, or in narrower dtypes named there."""
+    rng = np.random.default_rng(3)
+    m, frames = 50, np.arange(100, 164)
+    det_frame, codes = np.sort(rng.choice(frames, m)), rng.integers(0, 3, m)
+    values = np.round(rng.random((m, 5)) * 300)
+    counts = np.bincount(det_frame - 100, minlength=64)
+    for dtypes in (None, ["<i4", "<i2", "<i2"]):
+        head = {"video": "v", "oracle": "o", "clip": "c", "frames": 64, "rows": m,
+                "labels": ["car", "bus", "person"], "cost": [64, 0.5]}
+        frame_t, code_t, value_t = dtypes or ["<i8", "<i4", "<f8"]
+        if dtypes:
+            head["dtypes"] = dtypes
+        header = json.dumps(head).encode()
+        payload = b"".join([struct.pack("<I", len(header)), header, frames.astype("<i8").tobytes(),
+                            counts.astype("<i4").tobytes(), det_frame.astype(frame_t).tobytes(),
+                            codes.astype(code_t).tobytes(), values.astype(value_t).tobytes()])
+        back = LabelBatch.decode(payload)
+        np.testing.assert_array_equal(back.detections.values, values)
+        np.testing.assert_array_equal(back.detections.frame, det_frame)
+        np.testing.assert_array_equal(back.detections.codes, codes)
+        np.testing.assert_array_equal(back.counts, counts)
+        assert back.cost == [64, 0.5] and back.detections.names == ("car", "bus", "person")

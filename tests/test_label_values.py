@@ -201,23 +201,20 @@ def test_earlier_labels_counted_in_one_statement(small_traffic, tmp_path):
                                       evaluate("objects('car')", truth, np.arange(0, 300, 3)))
 
 
-def test_many_earlier_labels_take_few_statements(small_traffic, tmp_path, monkeypatch):
-    """More earlier labels than one statement counts at once are counted in chunks that
-    double, whatever the callbacks ask (a LIMIT asks a few frames at a time: one statement
-    per callback took 3.3 s over 10k cached frames)."""
-    from vidql.engine.labels import cache as labelcache
-
+def test_many_earlier_labels_take_few_statements(small_traffic, tmp_path):
+    """Earlier labels are counted in one statement, whatever the callbacks ask (a LIMIT
+    asks a few frames at a time: one statement per callback took 3.3 s over 10k cached
+    frames)."""
     video, labels = small_traffic
     with _labels_db(tmp_path / "c.db", video, labels, "batch_size = 16") as db:
         db.labels("t").ensure(np.arange(300))
-    monkeypatch.setattr(labelcache, "COUNTS_AT_ONCE", 20)
     with vidql.connect(tmp_path / "c.db", progress=False) as db:
         cache = db.labels("t")
         values = cache.true_values("objects('car')")
         statements = _count_statements(cache)
         frames = np.random.default_rng(3).permutation(300)
         got = np.concatenate([values(frames[i:i + 5])[0] for i in range(0, 300, 5)])
-        assert len(statements) <= 5, len(statements)  # chunks of 20, 40, 80, 160: 4 (+ asks)
+        assert len(statements) == 1, len(statements)
         np.testing.assert_array_equal(got, evaluate("objects('car')", read_labels(labels), frames))
 
 

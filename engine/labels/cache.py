@@ -3,15 +3,16 @@
 Labels are keyed by (video, oracle identity, clip, frame); the cache itself numbers a
 collection's frames by global position (engine/labels/clips.py) and converts. Each batch of oracle
 output is made durable in the label journal (engine/labels/journal.py) before it is used and
-merged into the catalog tables before anything reads them there; frames with zero
-detections are recorded, and no frame is sent to the oracle twice. A killed process loses
-at most the batch in flight.
+merged into the catalog tables before anything reads them there; the journal decides
+when a batch is fsynced (the cache tells it when a labelling call or a query ends). Frames
+with zero detections are recorded, and no frame is sent to the oracle twice. A killed
+process loses at most the batch in flight.
 """
 from __future__ import annotations
 
 import sys
 import time
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import dataclass, fields, replace
 from typing import Callable
 
@@ -27,8 +28,6 @@ from vidql.engine.labels.journal import LabelBatch, LabelJournal
 from vidql.engine.labels.oracle_api import Oracle, check_detections, never_gives
 
 MIN_AHEAD = 16  # frames labelled at once when an operator asks fewer (label_ahead)
-FREE_BATCH = 8192  # frames a nearly free oracle labels a call, when its batch_size is smaller
-COUNTS_AT_ONCE = 4096  # uncounted earlier labels the first statement counts, at most
 
 SCHEMA_SQL = """
 CREATE SCHEMA IF NOT EXISTS vidql;
@@ -47,7 +46,7 @@ CREATE TABLE IF NOT EXISTS vidql.oracle_costs (
 class LabelStats:
     """What a query cost: frames sent to the oracle, frames answered from labels made
     before it, and seconds: the oracle's, waiting for decoded frames, and making the new
-    labels durable (the journal's fsyncs and write-back hand-overs)."""
+    labels durable (the journal's fsyncs)."""
 
     oracle_calls: int = 0
     cache_hits: int = 0
@@ -65,16 +64,6 @@ class LabelStats:
     def plus(self, other: "LabelStats") -> "LabelStats":
         return LabelStats(*(getattr(self, f.name) + getattr(other, f.name)
                             for f in fields(self)))
-
-
-class NoBar:
-    """A progress bar that is not drawn."""
-
-    def update(self, n: int = 1) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
 
 
 def on_terminal() -> bool:
@@ -117,9 +106,7 @@ class LabelCache:
         # per-frame detection counts by (label, min_score), -1 where not known yet: filled
         # from each batch the oracle returns, and from the catalog for earlier labels
         self._counts: dict[tuple, np.ndarray] = {}
-        self._counts_chunk = COUNTS_AT_ONCE  # earlier labels the next statement counts, at most
-        self._cost = [0, 0.0]  # oracle frames and seconds not yet recorded in the catalog
-        self._elsewhere = None  # (detections, frames, their arrays, rows) given to count_from
+        self._elsewhere = None  # (frames, their detections, rows) given to count_from
 
     @property
     def labelled_frames(self) -> np.ndarray:
@@ -145,21 +132,15 @@ class LabelCache:
 
     def ensure(self, frames, desc: str | None = None) -> None:
         """Label every frame of `frames` not yet cached, batch by batch, each batch written
-        to the journal as it comes and fsynced after it (a nearly free oracle's: once, when
-        the call ends, or inside `labelling`, when that ends). An oracle failure keeps
-        finished batches and is re-raised."""
+        to the journal as it comes (the journal decides when it is fsynced: at the latest
+        when the call ends, or, inside `labelling`, when the query ends). An oracle failure
+        keeps finished batches and is re-raised."""
         self._label_missing(self._check_range(frames), desc)
 
     def _label_missing(self, frames: np.ndarray, desc: str | None = None) -> None:
         """`ensure` of frames known to be in range."""
         known = self._labelled[frames]
-        new = frames
-        if self._seen is not None:  # a query's frame is a hit once, if labelled before it began
-            new = frames[~self._seen[frames]]
-            self._seen[new] = True
-        hits = new[self._labelled[new]]
-        if len(hits):
-            self.stats.cache_hits += len(self._distinct(hits))
+        self._count_hits(frames)
         if known.all():  # often: an operator reads what it had labelled ahead
             return
         todo = self._distinct(frames[~known])
@@ -167,51 +148,52 @@ class LabelCache:
             raise VidqlError(f"{len(todo)} frames of video {self.video!r} need labels from oracle "
                              f"{self.oracle.name!r}, but the database is open read-only: open it "
                              f"without --read-only to label them")
-        batch = max(1, int(self.oracle.batch_size))
-        own = self._bar is None
+        own = self._bar is None  # else a query's labelling, which counts its own fsyncs
         bar = self._progress(desc or f"labelling {self.video} with {self.oracle.name}",
                              len(todo)) if own else self._bar
         synced = self.journal.sync_seconds
         try:
-            stream = getattr(self.oracle, "detect_stream", None)  # batches in flight at once
-            if stream is not None:
-                done = 0
-                for ids, det, seconds in stream(todo, batch):  # made durable as each finishes
-                    done += len(ids)
-                    self._label_batch(ids, None, 0.0, last=done >= len(todo), found=(det, seconds))
+            with closing(self._batches(todo)) as batches:
+                for ids, pixels, wait, found in batches:
+                    self._label_batch(ids, pixels, wait, found)
                     bar.update(len(ids))
-                return
-            if not self.oracle.needs_pixels:  # batches never span two clips
-                # a nearly free oracle (a table) gets up to FREE_BATCH frames a call: it has
-                # no memory or latency reason for small batches, and each batch costs a
-                # check, a journal record and counts of its own
-                step = max(batch, FREE_BATCH) if self.oracle.nearly_free else batch
-                chunks = [ids[start:start + step] for _, _, ids in self.clip_map.pieces(todo)
-                          for start in range(0, len(ids), step)]
-                for k, ids in enumerate(chunks):
-                    self._label_batch(ids, None, 0.0, last=k == len(chunks) - 1)
-                    bar.update(len(ids))
-                return
+        finally:  # the call's batches durable before any is used, even on a failure
+            self.journal.call_ended()
+            if own:
+                self.stats.fsync_seconds += self.journal.sync_seconds - synced
+                bar.close()
+
+    def _count_hits(self, frames: np.ndarray) -> None:
+        """Count the cache hits among `frames`: inside a query, each frame once, if it was
+        labelled before the query began."""
+        new = frames
+        if self._seen is not None:
+            new = frames[~self._seen[frames]]
+            self._seen[new] = True
+        hits = new[self._labelled[new]]
+        if len(hits):
+            self.stats.cache_hits += len(self._distinct(hits))
+
+    def _batches(self, todo: np.ndarray):
+        """(ids, pixels, seconds waited for them, found) for each oracle batch of `todo`:
+        `found` is (detections, seconds) from the oracle's `detect_stream` (batches in
+        flight at once), else None; pixels only for oracles that need them. A batch never
+        spans two clips."""
+        batch = max(1, int(self.oracle.batch_size))
+        stream = getattr(self.oracle, "detect_stream", None)
+        if stream is not None:
+            for ids, det, seconds in stream(todo, batch):
+                yield ids, None, 0.0, (det, seconds)
+        elif not self.oracle.needs_pixels:
+            for _, _, ids in self.clip_map.pieces(todo):
+                for start in range(0, len(ids), batch):
+                    yield ids[start:start + batch], None, 0.0, None
+        else:
             with self.frame_batches(todo, batch) as batches:
                 t0 = time.perf_counter()
-                done = 0
                 for ids, pixels in batches:  # decoding runs ahead while the oracle works
-                    done += len(ids)
-                    self._label_batch(np.asarray(ids, dtype=np.int64), pixels,
-                                      time.perf_counter() - t0, last=done >= len(todo))
-                    bar.update(len(ids))
+                    yield np.asarray(ids, dtype=np.int64), pixels, time.perf_counter() - t0, None
                     t0 = time.perf_counter()
-        finally:  # every batch of the call durable before any is used, even on a failure
-            # (inside `labelling`, a nearly free oracle's batches are synced when it ends,
-            # their writing started now)
-            if self._bar is not None and self.oracle.nearly_free:
-                self.journal.write_back_soon()
-            else:
-                self.journal.sync()
-            self.stats.fsync_seconds += self.journal.sync_seconds - synced
-            self._cost = [0, 0.0]
-            if own:
-                bar.close()
 
     def label_ahead(self, frames, now: int, done: int = 0) -> None:
         """An operator asks for `frames[:now]` now and for the rest of `frames` next, in
@@ -233,48 +215,66 @@ class LabelCache:
             ahead = min(-(-needed // batch) * batch, max(least, 2 * now))
             self.ensure(todo[:max(needed, ahead)])
 
-    def _progress(self, desc: str, total: int | None) -> tqdm | NoBar:
-        """A bar on stderr, drawn only on a terminal (and when the cache shows progress);
-        else a `NoBar` (a disabled tqdm costs 0.1-0.2 ms a query, in a query's cold caches)."""
-        if not (self.progress and on_terminal()):
-            return NoBar()
-        return tqdm(total=total, desc=desc, unit="frame", leave=False)
+    def _progress(self, desc: str, total: int | None) -> tqdm:
+        """A bar on stderr, drawn only on a terminal (and when the cache shows progress)."""
+        return tqdm(total=total, desc=desc, unit="frame", leave=False,
+                    disable=not (self.progress and on_terminal()))
 
     @contextmanager
     def labelling(self, desc: str, total: int | None = None):
         """An approximate query's labelling: one bar over every frame the oracle labels
-        inside, and a nearly free oracle's batches fsynced once, when it ends (before the
-        answer is returned), instead of at the end of each of the operator's calls. A killed
-        process keeps them either way: each was written to the journal as it came. Each
-        frame the query uses counts once: a cache hit if labelled before it began, else an
-        oracle call (not both, when its operator labelled it ahead and then read it)."""
+        inside, and the journal told that a query runs (`LabelJournal.query`: its batches
+        are durable before its answer is returned). Each frame the query uses counts once:
+        a cache hit if labelled before it began, else an oracle call (not both, when its
+        operator labelled it ahead and then read it)."""
         self._bar = self._progress(desc, total)
         self._seen = np.zeros(self.n_frames, dtype=bool)
+        synced = self.journal.sync_seconds
         try:
-            yield self._bar
+            with self.journal.query():
+                yield self._bar
         finally:
-            synced = self.journal.sync_seconds
-            self.journal.sync()
             self.stats.fsync_seconds += self.journal.sync_seconds - synced
             self._bar.close()
             self._bar, self._seen = None, None
 
     def _label_batch(self, ids: np.ndarray, pixels: np.ndarray | None, wait: float,
-                     last: bool = True, found: tuple | None = None) -> None:
+                     found: tuple | None = None) -> None:
         """Run the oracle on one batch (or take its `found` (detections, seconds) from the
-        oracle's `detect_stream`) and make its labels durable before anything uses them; the
-        oracle's measured cost is recorded with the last batch of a call (a killed call
-        keeps its labels, not that estimate)."""
+        oracle's `detect_stream`) and hand its labels, with the oracle's measured cost, to
+        the journal before anything uses them."""
         setup = self.oracle.setup_seconds
         t1 = time.perf_counter()
         ordinal, local = self.clip_map.split(ids)
         if ordinal[0] != ordinal[-1]:
             raise RuntimeError(f"internal: a label batch spans two clips of {self.video!r}")
         clip = self.clip_map.names[ordinal[0]]
+        if found is None:
+            det = self._detect(pixels, local, clip)
+            t2 = time.perf_counter()
+            rows = check_detections(det, local, self.oracle)  # the engine's time
+        else:  # labelled elsewhere (Ray actors), by global position: numbered in the clip
+            t2 = t1 + found[1]  # the oracle's own time
+            rows = check_detections(found[0], ids, self.oracle)
+            det = found[0].shifted(-int(self.clip_map.first[ordinal[0]]))
+        cost = self.oracle.simulated_cost_ms
+        spent = (t2 - t1) if cost is None else cost * len(ids) / 1000
+        # its one-time set-up (an ONNX detector's thread choice) is no cost per frame
+        self._journal(LabelBatch(self.video, self.oracle.identity, clip,
+                                 np.asarray(local, dtype=np.int64),
+                                 np.bincount(rows, minlength=len(ids)), det,
+                                 [len(ids), t2 - t1 - (self.oracle.setup_seconds - setup)]), spent)
+        for key, counts in self._counts.items():
+            counts[ids] = count_detections(key, det, rows, len(ids))
+        self._labelled[ids] = True
+        self.stats.oracle_calls += len(ids)
+        self.stats.decode_seconds += wait
+        self.stats.oracle_seconds += spent
+
+    def _detect(self, pixels: np.ndarray | None, local: np.ndarray, clip: str) -> DetectionArrays:
+        """The oracle's detections of one batch; its failure as an OracleError."""
         try:
-            if found is None:
-                det = self.oracle.detect_in_clip(pixels, local, clip,
-                                                 len(self.clip_map.names) == 1)
+            return self.oracle.detect_in_clip(pixels, local, clip, len(self.clip_map.names) == 1)
         except VidqlError:
             raise
         except Exception as exc:
@@ -283,36 +283,12 @@ class LabelCache:
                               f"{local[-1]}{where} of video {self.video!r}: "
                               f"{type(exc).__name__}: {exc}; "
                               f"{int(self._labelled.sum())} labelled frames stay cached") from exc
-        t2 = time.perf_counter() if found is None else t1 + found[1]  # the oracle's own time
-        if found is None:  # checking its output is the engine's time
-            rows = check_detections(det, local, self.oracle)
-        else:  # labelled elsewhere (Ray actors), by global position: numbered in the clip
-            rows = check_detections(found[0], ids, self.oracle)
-            det = found[0].shifted(-int(self.clip_map.first[ordinal[0]]))
-        # its one-time set-up (an ONNX detector's thread choice) is no cost per frame
-        self._cost = [self._cost[0] + len(ids),
-                      self._cost[1] + t2 - t1 - (self.oracle.setup_seconds - setup)]
-        self._journal(clip, local, det, np.bincount(rows, minlength=len(ids)),
-                      self._cost if last else None, sync=not self.oracle.nearly_free)
-        if last:
-            self._cost = [0, 0.0]
-        for key, counts in self._counts.items():
-            counts[ids] = count_detections(key, det, rows, len(ids))
-        self._labelled[ids] = True
-        self.stats.oracle_calls += len(ids)
-        self.stats.decode_seconds += wait
-        cost = self.oracle.simulated_cost_ms
-        self.stats.oracle_seconds += (t2 - t1) if cost is None else cost * len(ids) / 1000
 
-    def _journal(self, clip: str, frames: np.ndarray, det: DetectionArrays, counts: np.ndarray,
-                 cost: list | None, sync: bool) -> None:
-        """Write one batch of `clip` to the journal (fsynced now with `sync`, else by the end
-        of the labelling call): its detections and frames, both numbered within the clip,
-        each frame's detection count and, when given, the oracle's cost [frames, seconds]
-        since it was last recorded."""
-        self.journal.append(LabelBatch(self.video, self.oracle.identity, clip,
-                                       np.asarray(frames, dtype=np.int64), counts, det, cost),
-                            sync=sync)
+    def _journal(self, batch: LabelBatch, oracle_seconds: float) -> None:
+        """Write one batch (frames and detections numbered within its clip, each frame's
+        detection count, the oracle's cost [frames, seconds]) to the journal, which took
+        the oracle `oracle_seconds`; merge the journal's batches when many wait."""
+        self.journal.append(batch, oracle_seconds)
         if self.journal.full:
             self.journal.flush()
 
@@ -378,16 +354,9 @@ class LabelCache:
             self._count_key(key)
             got[:, i] = self._counts[key][frames]
         if got.min(initial=0) < 0:
-            missing = (got < 0).any(axis=1)
-            # frames labelled before this cache counted them (an index's, say): all in one
-            # statement when they are few, else those asked now and a chunk of the others,
-            # twice as many each time (a statement costs ~3 ms however few frames it counts)
-            pending = np.flatnonzero(self._labelled & np.logical_or.reduce(
-                [self._counts[k] < 0 for k in keys]))
-            if len(pending) > self._counts_chunk:
-                pending = np.union1d(frames[missing], pending[:self._counts_chunk])
-                self._counts_chunk *= 2
-            self._load_counts(pending, keys)
+            # frames labelled before this cache counted them: all in one statement
+            self._load_counts(np.flatnonzero(self._labelled & np.logical_or.reduce(
+                [self._counts[k] < 0 for k in keys])), keys)
             for i, key in enumerate(keys):
                 got[:, i] = self._counts[key][frames]
         return got
@@ -396,23 +365,20 @@ class LabelCache:
         """Count statistics of `frames` (global positions, all labelled by this cache's
         oracle: an index's representatives) from their `detections` (DETECTION_COLUMNS,
         by global position) held in memory elsewhere, instead of reading them back from
-        the catalog (2.4 ms a query at 10k frames). The same `detections` again (the next
-        query over an unchanged index) cost nothing: they were converted and counted."""
-        if self._elsewhere is not None and self._elsewhere[0] is detections:
-            return
+        the catalog."""
         frames = np.unique(np.asarray(frames, dtype=np.int64))
         det = DetectionArrays.of(detections)
         known = self._labelled[frames]
         if not known.all():  # labelled since this cache read the catalog: read there
             frames = frames[known]
             det = det.where(np.isin(det.frame, frames))
-        self._elsewhere = (detections, frames, det, np.searchsorted(frames, det.frame))
+        self._elsewhere = (frames, det, np.searchsorted(frames, det.frame))
         for key, counts in self._counts.items():
             self._count_elsewhere(key, counts)
 
     def _count_elsewhere(self, key: tuple, counts: np.ndarray) -> None:
         if self._elsewhere is not None:
-            _, frames, det, rows = self._elsewhere
+            frames, det, rows = self._elsewhere
             counts[frames] = count_detections(key, det, rows, len(frames))
 
     def _count_key(self, key: tuple) -> None:

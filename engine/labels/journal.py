@@ -1,22 +1,21 @@
-"""The label journal: how an oracle batch becomes durable in a fraction of a millisecond.
+"""The label journal: where an oracle batch becomes durable, and the one place that decides
+when it is fsynced.
 
 Each batch the oracle returns is appended to `labels.journal` in the artifacts folder as
-it comes, in one system call (so a killed process keeps it), and fsynced before anything
-uses it (0.2-0.6 ms here, against 3-8 ms for a DuckDB commit): after each batch of a
-costly oracle; for a nearly free one (a table lookup, whose batches cost nothing to label
-again and come out the same), once at the end of a labelling call, or, inside an
-approximate query's labelling (`LabelCache.labelling`), once when it ends, before its
-answer is returned, the disk having been asked to write them as they came
-(`write_back_soon`): a power cut could lose only batches of a query that never answered.
-Batches gather in memory, across queries, and are merged into the catalog tables
-(`vidql.labels`, `vidql.labelled`, `vidql.oracle_costs`) in one transaction by `flush`:
-before anything reads or changes those tables (`Catalog.flush_labels`: exact queries, plain
-SQL, the user's connection, catalog changes, a new label cache), when many are pending, and
-when the database closes. A query that only samples labels never waits for a DuckDB
-commit. Opening a database read-write replays what a killed process left in the
-journal (`replay`); a record torn by the kill is cut off (its batch was never used), and a
-batch whose frames the catalog already holds (merged before the kill truncated the journal)
-is skipped, so nothing is stored twice.
+it comes, in one system call, so a killed process keeps every finished batch. The journal
+fsyncs (`SyncPolicy`): after a batch once the oracle has spent SYNC_EVERY_SECONDS on
+batches not yet synced (a power cut loses at most that much oracle work: a detector's
+batches are synced every second or so, a table lookup's never one by one); at the end of a
+labelling call made outside a query; and, inside an approximate query (`query`), once when
+the query ends, before its answer is returned. So an answered query's labels survive a
+power cut. Batches gather in memory, across queries, and are merged into the catalog
+tables (`vidql.labels`, `vidql.labelled`, `vidql.oracle_costs`) in one transaction by
+`flush`: before anything reads or changes those tables (`Catalog.flush_labels`), when many
+are pending, and when the database closes. Opening a database read-write replays what a
+killed process left in the journal (`replay`): a record torn by the kill is cut off (its
+batch was never used), a damaged record is skipped and reading resumes at the next intact
+one (a warning says what was skipped; the damaged file is kept beside the journal), and a
+batch whose frames the catalog already holds is skipped, so nothing is stored twice.
 
 A record: MAGIC, payload length (u64), CRC-32 of the payload (u32), payload. The payload is
 a JSON header (video, oracle, clip, sizes, label names, cost, the dtypes of the detections'
@@ -24,11 +23,14 @@ arrays) and the raw arrays.
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 import struct
 import time
+import warnings
 import zlib
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,14 +39,14 @@ import numpy as np
 import pandas as pd
 
 from vidql.base.detections import FLOAT_COLUMNS, DetectionArrays
+from vidql.base.errors import DiskFullError
 
 MAGIC = b"VQJ1"
 HEAD = struct.Struct("<4sQI")  # magic, payload length, crc32
 FLUSH_FRAMES = 50_000  # pending frames that trigger a merge (bounds the memory they hold)
 FLUSH_ROWS = 500_000  # pending detection rows likewise
-WRITE_BACK_BYTES = 64 << 10  # bytes waiting for a fsync that `write_back_soon` hands the disk
-DETECTION_DTYPES = ("<i8", "<i4", "<f8")  # a record's detections (frame, codes, values), widest
-VALUE_DTYPES = ("<i2", "<f4", "<f8")  # for values (score, box), the first that holds them exactly
+SYNC_EVERY_SECONDS = 1.0  # oracle seconds of unsynced batches that make a batch fsync at once
+DETECTION_DTYPES = ("<i8", "<i4", "<f8")  # a record's detections (frame, codes, values)
 
 
 @dataclass
@@ -61,68 +63,65 @@ class LabelBatch:
     cost: list | None = None
 
     def payload(self) -> list[memoryview]:
-        """The record's payload as byte buffers, the arrays not copied; joined, they are the
-        bytes `decode` reads. Detections are stored in the narrowest dtypes that hold them
-        exactly: int32 frames, int16 codes, and values as int16 (whole-pixel boxes with
-        score 1, a table of ground truth), float32 (a detector's output) or float64: a
-        quarter or half the bytes, and so less to fsync. Values an oracle gives as int16
-        or float32 are written as they are, without a test."""
+        """The record's payload as byte buffers; joined, they are the bytes `decode` reads.
+        Detection values are stored in the dtype the oracle gave them."""
         det = self.detections
-        frame = "<i4" if not len(det) or (det.frame.min() >= -2**31 and det.frame.max() < 2**31) \
-            else "<i8"
-        codes = "<i2" if len(det.names) < 2**15 else "<i4"
-        values = det.values  # as the oracle gave them when narrower than float64
-        if values.dtype.str not in VALUE_DTYPES[:-1]:
-            values = values.astype(VALUE_DTYPES[-1])
-            for dtype in VALUE_DTYPES[:-1]:
-                narrow = det.values.astype(dtype)
-                if np.array_equal(narrow, det.values):
-                    values = narrow
-                    break
+        values = det.values.astype(det.values.dtype.newbyteorder("<"), copy=False)
         header = json.dumps({"video": self.video, "oracle": self.oracle, "clip": self.clip,
                              "frames": len(self.frames), "rows": len(det),
                              "labels": list(det.names), "cost": self.cost,
-                             "dtypes": [frame, codes, values.dtype.str]}).encode()
+                             "dtypes": [*DETECTION_DTYPES[:2], values.dtype.str]}).encode()
         arrays = [self.frames.astype("<i8", copy=False), self.counts.astype("<i4", copy=False),
-                  det.frame.astype(frame, copy=False), det.codes.astype(codes, copy=False), values]
+                  det.frame.astype("<i8", copy=False), det.codes.astype("<i4", copy=False), values]
         return [memoryview(struct.pack("<I", len(header))), memoryview(header)] + [
             memoryview(np.ascontiguousarray(a).reshape(-1).view(np.uint8)) for a in arrays]
 
     @classmethod
     def decode(cls, payload: bytes) -> "LabelBatch":
-        (size,) = struct.unpack_from("<I", payload)
-        head = json.loads(payload[4:4 + size])
-        n, m, at = head["frames"], head["rows"], 4 + size
+        """The batch of a record's payload; ValueError when it does not make one."""
+        try:
+            (size,) = struct.unpack_from("<I", payload)
+            head = json.loads(payload[4:4 + size])
+            return cls._of(head, payload, 4 + size)
+        except (ValueError, KeyError, TypeError, struct.error) as exc:
+            raise ValueError(f"a record that is no label batch ({type(exc).__name__}: {exc})"
+                             ) from exc
+
+    @classmethod
+    def _of(cls, head: dict, payload: bytes, at: int) -> "LabelBatch":
+        n, m = int(head["frames"]), int(head["rows"])
         frame, codes, values = head.get("dtypes", DETECTION_DTYPES)  # none: written wide
-
-        def take(dtype, count, wide):
-            nonlocal at
-            arr = np.frombuffer(payload, dtype=dtype, count=count, offset=at)
-            at += arr.nbytes
-            return arr.astype(wide)
-
-        frames, counts = take("<i8", n, np.int64), take("<i4", n, np.int32)
-        det = DetectionArrays(take(frame, m, np.int64), take(codes, m, np.int32),
+        arrays = []
+        for dtype, count in (("<i8", n), ("<i4", n), (frame, m), (codes, m),
+                             (values, len(FLOAT_COLUMNS) * m)):
+            arrays.append(np.frombuffer(payload, dtype=dtype, count=count, offset=at))
+            at += arrays[-1].nbytes
+        if at != len(payload):
+            raise ValueError(f"{len(payload) - at} bytes more than its arrays")
+        frames, counts, det_frame, det_codes, det_values = arrays
+        det = DetectionArrays(det_frame.astype(np.int64), det_codes.astype(np.int32),
                               tuple(head["labels"]),
-                              take(values, len(FLOAT_COLUMNS) * m, np.dtype(values).newbyteorder("=")
-                                   ).reshape(m, len(FLOAT_COLUMNS)))
-        return cls(head["video"], head["oracle"], head["clip"], frames, counts, det, head["cost"])
+                              det_values.astype(np.dtype(values).newbyteorder("="))
+                              .reshape(m, len(FLOAT_COLUMNS)))
+        return cls(str(head["video"]), str(head["oracle"]), str(head["clip"]),
+                   frames.astype(np.int64), counts.astype(np.int32), det, head["cost"])
 
 
 class LabelJournal:
-    """The journal file of one catalog (connection `con`) and the batches appended since
-    they were last merged into its tables."""
+    """The journal file of one catalog (connection `con`), the batches appended since they
+    were last merged into its tables, and the durability policy: when a batch is fsynced
+    (`append`, `call_ended`, `query`)."""
 
     def __init__(self, path: Path, con: duckdb.DuckDBPyConnection):
         self.path = Path(path)
         self.con = con
         self.pending: list[LabelBatch] = []
         self._fd: int | None = None  # the journal file, open for appending
-        self._unsynced = False  # written since the last fsync
-        self._size = self._written_back = 0  # the file's bytes; of them, those written back
-        self._synced = 0  # the file's bytes at the last fsync
+        self._size = 0  # the file's bytes (a failed append is cut back to them)
+        self._unsynced: float | None = None  # oracle seconds of batches not yet fsynced
+        self._queries = 0  # approximate queries open: their batches are fsynced as they end
         self._pending_frames = self._pending_rows = 0
-        self.sync_seconds = 0.0  # spent making writes durable: fsyncs and write-back hand-overs
+        self.sync_seconds = 0.0  # spent in fsyncs
 
     def open(self) -> None:
         """Open the journal file for appending, if it is not open. A read-write catalog
@@ -130,53 +129,70 @@ class LabelJournal:
         if self._fd is None:
             self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT
                                | getattr(os, "O_BINARY", 0), 0o644)
-            self._size = self._written_back = self._synced = os.fstat(self._fd).st_size
+            self._size = os.fstat(self._fd).st_size
 
-    def append(self, batch: LabelBatch, sync: bool = True) -> None:
-        """Write `batch` (a killed process keeps it), fsync it unless `sync` is False (then
-        `sync()` must run before the batch is used) and keep it for the next merge."""
+    def append(self, batch: LabelBatch, oracle_seconds: float) -> None:
+        """Write `batch` (a killed process keeps it) and keep it for the next merge; fsync
+        it now once the oracle has spent SYNC_EVERY_SECONDS on unsynced batches (this one's
+        took `oracle_seconds`), else when the labelling call or query ends."""
         self.open()
-        self._size += write_all(self._fd, record(batch))
-        self._unsynced = True
-        if sync:
-            self.sync()
+        self._write(record(batch))
+        self._unsynced = (self._unsynced or 0.0) + oracle_seconds
         self.pending.append(batch)
         self._pending_frames += len(batch.frames)
         self._pending_rows += len(batch.detections)
+        if self._unsynced >= SYNC_EVERY_SECONDS:
+            self.sync()
 
-    def write_back_soon(self) -> None:
-        """Have the system start writing what `append` wrote since it last did, without
-        waiting for it: the fsync before the answer then finds it on disk (0.18 ms here
-        instead of 0.4). The first bytes written since the last fsync are handed over at
-        once (a query that labels a few frames writes a few hundred bytes), later ones once
-        WRITE_BACK_BYTES wait (each hand-over costs 50-100 us). Only a hint, where the
-        system takes it (POSIX_FADV_DONTNEED starts the writeback on Linux); a thread
-        syncing meanwhile cost more, in switches, than the wait it saved."""
-        if self._fd is None or self._size == self._written_back or \
-                not hasattr(os, "posix_fadvise"):
-            return
-        first = self._written_back == self._synced  # nothing handed over since the last fsync
-        if not first and self._size - self._written_back < WRITE_BACK_BYTES:
-            return
-        t0 = time.perf_counter()
+    def call_ended(self) -> None:
+        """A labelling call ended (or failed): its batches are fsynced now, before any is
+        used, unless a query is open (then they are fsynced when it ends)."""
+        if not self._queries:
+            self.sync()
+
+    @contextmanager
+    def query(self):
+        """An approximate query: the batches labelled inside are fsynced once, when it ends
+        (before its answer is returned, also when it fails)."""
+        self._queries += 1
         try:
-            os.posix_fadvise(self._fd, self._written_back, 0, os.POSIX_FADV_DONTNEED)
-        except OSError:  # a file system that refuses the hint: the fsync does it all
-            pass
-        self._written_back = self._size
-        self.sync_seconds += time.perf_counter() - t0
+            yield
+        finally:
+            self._queries -= 1
+            self.sync()
+
+    def _write(self, parts: list) -> None:
+        try:
+            self._size += write_all(self._fd, parts)
+        except OSError as exc:
+            os.ftruncate(self._fd, self._size)  # no torn record before the next one
+            if exc.errno == errno.ENOSPC:
+                raise self._disk_full("the label journal could not take the oracle's last "
+                                      "batch") from exc
+            raise
 
     def sync(self) -> None:
         """fsync what `append` wrote since the last sync, if anything."""
-        if self._unsynced and self._fd is not None:
+        if self._unsynced is not None and self._fd is not None:
             self._fsync()
-            self._synced = self._written_back = self._size
-        self._unsynced = False
+        self._unsynced = None
 
     def _fsync(self) -> None:
         t0 = time.perf_counter()
-        sync_file(self._fd)
-        self.sync_seconds += time.perf_counter() - t0
+        try:
+            sync_file(self._fd)
+        except OSError as exc:
+            if exc.errno == errno.ENOSPC:
+                raise self._disk_full("the label journal could not be synced") from exc
+            raise
+        finally:
+            self.sync_seconds += time.perf_counter() - t0
+
+    def _disk_full(self, what: str) -> DiskFullError:
+        return DiskFullError(f"the disk is full: {what}; the labels written before are safe in "
+                             f"the label journal {str(self.path)!r} and are merged into the "
+                             f"catalog when there is room: free disk space and run the "
+                             f"statement again")
 
     @property
     def full(self) -> bool:
@@ -185,10 +201,16 @@ class LabelJournal:
 
     def flush(self) -> None:
         """Merge the pending batches into the catalog tables in one transaction, then empty
-        the journal."""
+        the journal. On a full disk they stay pending (and in the journal)."""
         if not self.pending:
             return
-        merge(self.con, self.pending)
+        try:
+            merge(self.con, self.pending)
+        except (OSError, duckdb.Error) as exc:
+            if not disk_full(exc):
+                raise
+            raise self._disk_full(f"merging {self._pending_frames} labelled frames into the "
+                                  f"catalog failed") from exc
         self.pending, self._pending_frames, self._pending_rows = [], 0, 0
         self.truncate()
 
@@ -197,26 +219,49 @@ class LabelJournal:
         self.open()
         os.ftruncate(self._fd, 0)
         self._fsync()
-        self._unsynced = False
-        self._size = self._written_back = self._synced = 0
+        self._unsynced, self._size = None, 0
 
     def replay(self) -> int:
         """Merge what a killed process left in the journal (batches the catalog does not hold
-        yet); returns the number of frames recovered."""
+        yet); returns the number of frames recovered. Damaged records are skipped, with a
+        warning, and the damaged file is kept beside the journal; a directory where the
+        journal belongs is moved aside likewise."""
+        if self.path.is_dir():
+            self._move_aside("is a directory")
         if not self.path.exists() or not self.path.stat().st_size:
             return 0
-        batches = read_records(self.path.read_bytes())
+        batches, damage = scan_records(self.path.read_bytes())
         fresh = [b for b in batches if len(b.frames) and not _recorded(self.con, b)]
         if fresh:
             merge(self.con, fresh)
+        if damage:
+            self._move_aside(f"was damaged: {'; '.join(damage)}; {len(batches)} intact records "
+                             f"were kept")
         self.truncate()
         return sum(len(b.frames) for b in fresh)
+
+    def _move_aside(self, why: str) -> None:
+        """Rename the journal path aside (nothing is deleted) and warn, saying `why`."""
+        for n in range(1, 1000):
+            aside = self.path.with_name(f"{self.path.name}.damaged-{n}")
+            if not aside.exists():
+                break
+        os.replace(self.path, aside)
+        warnings.warn(f"label journal {str(self.path)!r} {why}; it was moved to {str(aside)!r} "
+                      f"and a new journal started", stacklevel=3)
 
     def close(self) -> None:
         self.sync()
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+
+def disk_full(exc: BaseException) -> bool:
+    """Whether `exc` (an OSError or a DuckDB error) says the disk is full."""
+    if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+        return True
+    return isinstance(exc, duckdb.Error) and "no space left on device" in str(exc).lower()
 
 
 def write_all(fd: int, parts: list) -> int:
@@ -237,7 +282,7 @@ def write_all(fd: int, parts: list) -> int:
 
 def sync_file(fd: int) -> None:
     """Make what was written to file `fd` durable: fdatasync where the system has it (the
-    data and the size, not the times: 15-20% less than fsync here), else fsync."""
+    data and the size, not the times), else fsync."""
     getattr(os, "fdatasync", os.fsync)(fd)
 
 
@@ -251,16 +296,60 @@ def record(batch: LabelBatch) -> list:
 
 
 def read_records(data: bytes) -> list[LabelBatch]:
-    """The whole records of a journal's bytes, up to the first torn or damaged one."""
-    out, at = [], 0
+    """The intact records of a journal's bytes."""
+    return scan_records(data)[0]
+
+
+def scan_records(data: bytes) -> tuple[list[LabelBatch], list[str]]:
+    """The intact records of a journal's bytes, and what was skipped, in words. A damaged
+    stretch is skipped up to the next record whose CRC checks; a record cut off at the end
+    (a process killed while writing it) is dropped without a word: it was never used."""
+    out, damage, at = [], [], 0
     while at + HEAD.size <= len(data):
-        magic, size, crc = HEAD.unpack_from(data, at)
-        payload = data[at + HEAD.size:at + HEAD.size + size]
-        if magic != MAGIC or len(payload) != size or zlib.crc32(payload) != crc:
+        end = _record_end(data, at)
+        if end is not None:
+            try:
+                out.append(LabelBatch.decode(data[at + HEAD.size:end]))
+            except ValueError as exc:
+                damage.append(f"{exc} at byte {at}")
+            at = end
+            continue
+        after = _next_record(data, at + 1)
+        if after is None and _torn(data, at):
             break
-        out.append(LabelBatch.decode(payload))
-        at += HEAD.size + size
-    return out
+        stop = len(data) if after is None else after
+        damage.append(f"{stop - at} unreadable bytes at byte {at}")
+        at = stop
+    return out, damage
+
+
+def _record_end(data: bytes, at: int) -> int | None:
+    """Where the record at `at` ends, if one starts there whose CRC checks."""
+    if at + HEAD.size > len(data):
+        return None
+    magic, size, crc = HEAD.unpack_from(data, at)
+    end = at + HEAD.size + size
+    if magic != MAGIC or end > len(data) or zlib.crc32(data[at + HEAD.size:end]) != crc:
+        return None
+    return end
+
+
+def _next_record(data: bytes, start: int) -> int | None:
+    """The offset of the first intact record at or after `start`."""
+    at = data.find(MAGIC, start)
+    while at >= 0:
+        if _record_end(data, at) is not None:
+            return at
+        at = data.find(MAGIC, at + 1)
+    return None
+
+
+def _torn(data: bytes, at: int) -> bool:
+    """Whether the bytes from `at` are the start of a record cut off by the end of the file."""
+    if at + HEAD.size > len(data):
+        return True
+    magic, size, _ = HEAD.unpack_from(data, at)
+    return magic == MAGIC and at + HEAD.size + size > len(data)
 
 
 def _recorded(con, batch: LabelBatch) -> bool:
@@ -296,21 +385,27 @@ def _insert(con, groups: dict, costs: dict, *, skip_recorded: bool) -> None:
     con.execute("BEGIN TRANSACTION")
     try:
         for key, group in groups.items():
-            det = pd.concat([b.detections.to_frame() for b in group], ignore_index=True)
-            if len(det):
-                con.register("__vidql_det", det)
-                con.execute("INSERT INTO vidql.labels SELECT $1, $2, $3, frame, label, score, "
-                            f"x1, y1, x2, y2 FROM __vidql_det t {new}", list(key))
-                con.unregister("__vidql_det")
-            con.execute("INSERT INTO vidql.labelled SELECT $1, $2, $3, t.frame, t.detections "
-                        f"FROM (SELECT unnest($4) AS frame, unnest($5) AS detections) t {new}",
-                        list(key) + [np.concatenate([b.frames for b in group]).tolist(),
-                                     np.concatenate([b.counts for b in group]).tolist()])
+            _insert_group(con, key, group, new)
         for oracle, (n, seconds) in costs.items():
             con.execute("INSERT INTO vidql.oracle_costs VALUES (?, ?, ?) ON CONFLICT DO UPDATE "
                         "SET frames = frames + excluded.frames, seconds = seconds + "
                         "excluded.seconds", [oracle, n, seconds])
         con.execute("COMMIT")
     except BaseException:
-        con.execute("ROLLBACK")
+        with suppress(duckdb.Error):  # a failed COMMIT (a full disk) may end the transaction
+            con.execute("ROLLBACK")
         raise
+
+
+def _insert_group(con, key: tuple, group: list[LabelBatch], new: str) -> None:
+    """Insert the detections and frames of one (video, oracle, clip)'s batches."""
+    det = pd.concat([b.detections.to_frame() for b in group], ignore_index=True)
+    if len(det):
+        con.register("__vidql_det", det)
+        con.execute("INSERT INTO vidql.labels SELECT $1, $2, $3, frame, label, score, "
+                    f"x1, y1, x2, y2 FROM __vidql_det t {new}", list(key))
+        con.unregister("__vidql_det")
+    con.execute("INSERT INTO vidql.labelled SELECT $1, $2, $3, t.frame, t.detections "
+                f"FROM (SELECT unnest($4) AS frame, unnest($5) AS detections) t {new}",
+                list(key) + [np.concatenate([b.frames for b in group]).tolist(),
+                             np.concatenate([b.counts for b in group]).tolist()])
