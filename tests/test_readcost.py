@@ -2,7 +2,6 @@
 FrameReader.decoded counts them, and the decode time LOAD records."""
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 import vidql
