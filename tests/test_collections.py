@@ -285,18 +285,53 @@ def test_labels_of_another_clip_name_are_an_error_not_zeros(clips, tmp_path):
             db.sql("SELECT sum(objects('car')) FROM v")
 
 
-def test_a_clip_without_any_detection_counts_zero(clips, tmp_path):
-    """A clip of an empty street has no rows in a label file: its frames have no detections."""
+def test_a_clip_missing_from_the_label_file_is_an_error_naming_it(clips, tmp_path):
+    """A clip the file has no row for was not labelled: exact and approximate queries
+    refuse it, naming the clip, instead of counting it as zero detections."""
     folder, _, truth = clips
     labels = tmp_path / "no_cam1.labels.parquet"
     write_labels(truth[truth["clip"] != "cam1"], labels)
     with vidql.connect(progress=False) as db:
         db.sql(f"LOAD VIDEO '{folder}' AS cams; CREATE ORACLE truth FROM LABELS '{labels}'; "
                "SET ORACLE cams = truth")
-        got = db.sql("SELECT clip, sum(objects('car')) AS cars FROM cams GROUP BY clip "
-                     "ORDER BY clip").df()
+        for sql in ("SELECT clip, sum(objects('car')) AS cars FROM cams GROUP BY clip",
+                    "SELECT AVG(objects('car')) FROM cams ERROR WITHIN 0.5 SEED 1"):
+            with pytest.raises(vidql.OracleError, match="no rows for clip.s. cam1 .*empty label"):
+                db.sql(sql)
+
+
+@pytest.mark.parametrize("suffix", ["parquet", "csv"])
+def test_a_clip_labelled_with_nothing_found_counts_zero(clips, tmp_path, suffix):
+    """A clip of an empty street is named by a row with an empty label: its frames have no
+    detections."""
+    folder, _, truth = clips
+    labels = tmp_path / f"empty_cam1.labels.{suffix}"
+    write_labels(truth[truth["clip"] != "cam1"], labels, clips=["cam0", "cam1", "cam2"])
+    with vidql.connect(progress=False) as db:
+        db.sql(f"LOAD VIDEO '{folder}' AS cams; CREATE ORACLE truth FROM LABELS '{labels}'; "
+               "SET ORACLE cams = truth")
+        got = db.sql("SELECT clip, sum(objects('car')) AS cars, count(*) AS n FROM cams "
+                     "GROUP BY clip ORDER BY clip").df()
         assert got["cars"].astype(int).tolist() == [
             int(_car_counts(truth, "cam0").sum()), 0, int(_car_counts(truth, "cam2").sum())]
+        assert got["n"].tolist() == [FRAMES] * 3
+        assert db.sql("SELECT count(*) FROM cams.objects WHERE clip = 'cam1'").fetchall() == [(0,)]
+
+
+def test_frames_without_rows_in_a_single_clip_file_count_zero(clips, tmp_path):
+    """A file without a clip column labels its one clip: frames with no row have no
+    detections (that is how a frame without detections is written)."""
+    folder, _, truth = clips
+    rows = truth[(truth["clip"] == "cam0") & (truth["frame"] >= 100)].drop(columns="clip")
+    labels = tmp_path / "cam0_late.labels.csv"
+    write_labels(rows, labels)
+    with vidql.connect(progress=False) as db:
+        db.sql(f"LOAD VIDEO '{folder / 'cam0.mp4'}' AS v; CREATE ORACLE truth FROM LABELS "
+               f"'{labels}'; SET ORACLE v = truth")
+        got = db.sql("SELECT frame >= 100 AS late, sum(objects('car')) AS cars FROM v "
+                     "GROUP BY late ORDER BY late").df()
+        assert got["cars"].astype(int).tolist() == [
+            0, int(_car_counts(truth, "cam0")[100:].sum())]
 
 
 def test_python_api_loads_a_glob_and_restricts_to_clips(clips):
