@@ -69,6 +69,8 @@ class Database:
         self.executor = "local"
         try:
             self.set_executor(executor, workers)
+            if not self.read_only:
+                self.indexes.recover(progress=progress)
         except BaseException:
             self.close()
             raise
@@ -133,10 +135,9 @@ class Database:
             if not isinstance(path, (str, Path)) or any(ch in str(path) for ch in "*?["):
                 raise ParameterError("name the video: load_video(paths, 'name')")
             name = Path(path).stem.replace("-", "_").replace(".", "_")
-        covered = int(self.catalog.video_row(name)["frame_count"]) if into else 0
         row, skipped = self.catalog.add_video(path, name, rendition=rendition,
                                               skip_bad=skip_bad, into=into)
-        extended = self.indexes.extend_for_video(row["name"], covered, progress=self.progress) \
+        extended = self.indexes.finish_extensions(progress=self.progress).get(row["name"], {}) \
             if into else {}
         return {**row, "skipped": skipped, "indexes": extended}
 
