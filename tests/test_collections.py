@@ -471,6 +471,12 @@ def test_a_kill_between_append_and_index_extension_is_finished_on_open(clips, tm
                    "SEED 1").df()
         assert r["ci_low"].iloc[0] <= every.mean() <= r["ci_high"].iloc[0]
         assert db.con.execute("SELECT count(*) FROM vidql.index_extensions").fetchall() == [(0,)]
+        # killed after extending, before the note was deleted: nothing is extended twice
+        db.con.execute("INSERT INTO vidql.index_extensions VALUES ('cams', ?)", [2 * FRAMES])
+    with pytest.warns(RuntimeWarning, match="ci: 0 frames added"):
+        db = vidql.connect(path, progress=False)
+    with db:
+        assert len(db.proxy("cams", "objects('car')")) == 3 * FRAMES
 
 
 def test_loading_a_clip_into_a_collection_again_is_a_no_op_with_a_note(clips, tmp_path):

@@ -128,7 +128,8 @@ class Database:
         """Probe video files and register table `name(clip, frame, ts, start_ts)`: `path` is
         a file, a glob ('clips/*.mp4'), a folder or a list of files (one clip each); `into`
         appends them as clips of the existing video `name` (and extends its indexes).
-        A file that cannot be read fails the load unless `skip_bad`. Returns the video's
+        A file that cannot be read fails the load unless `skip_bad`; one whose content is a
+        clip of the video already is left out. Returns the video's
         row with `skipped`: the (path, reason) of files left out, and `indexes`: for each
         index extended over appended clips, the frames added (or why it was not)."""
         if name is None:
