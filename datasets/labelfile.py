@@ -2,13 +2,16 @@
 
 The same format as `../shared/data/*.labels.csv`: one row per detection, frames numbered
 from 0, boxes in pixels; frames without detections have no rows. Labels of a collection
-have a `clip` column too (the clip's name; frames numbered within the clip).
+have a `clip` column too (the clip's name; frames numbered within the clip), and a clip
+that was labelled but has no detection at all is named by a row with an empty label (its
+other columns may be empty): such a row is no detection (`write_labels(..., clips=...)`
+writes them).
 """
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 import pandas as pd
@@ -65,19 +68,46 @@ def _categories(name: str, column: pd.Series, path: Path) -> pd.Categorical:
     return values
 
 
-def _raw_columns(path: Path, fmt: str) -> Iterator[tuple[str, pd.Series]]:
-    """(name, column as read) for each label column; Parquet is read a column at a time."""
+def _column_reader(path: Path, fmt: str) -> tuple[list[str], Callable[[str], pd.Series]]:
+    """(the label columns to read, in order; a function reading one of them as pandas, at
+    most once each). Parquet is read a column at a time."""
     if fmt == "csv":
         df = pd.read_csv(path, dtype={"label": "str"}, keep_default_na=False,
                          na_values={c: [""] for c in ["frame"] + FLOAT_COLUMNS})
-        for name in _check_present(df.columns, path):
-            yield name, df.pop(name)
-        return
+        return _check_present(df.columns, path), df.pop
     import pyarrow.parquet as pq
 
     parquet = pq.ParquetFile(path)
-    for name in _check_present(parquet.schema_arrow.names, path):
-        yield name, _parquet_column(parquet, name)
+    return (_check_present(parquet.schema_arrow.names, path),
+            lambda name: _parquet_column(parquet, name))
+
+
+def _detection_rows(label: pd.Series) -> np.ndarray | None:
+    """Which rows are detections (None: all): a row with an empty or missing label only
+    says that its clip was labelled."""
+    marker = label.isna().to_numpy() | (label == "").to_numpy()
+    return ~marker if marker.any() else None
+
+
+def _checked(name: str, column: pd.Series, keep: np.ndarray | None, path: Path):
+    """Column `name` checked, of the detection rows `keep` only; the clip column keeps the
+    names of clips that have no detection row among its categories."""
+    if name == "clip":
+        values = _categories(name, column, path)
+        return values if keep is None else values[keep]
+    if keep is not None:
+        column = column[keep]
+    if name == "label":
+        return _categories(name, column, path).remove_unused_categories()
+    return _numbers(name, column, path)
+
+
+def _checked_columns(path: Path, fmt: str) -> Iterator[tuple[str, np.ndarray | pd.Categorical]]:
+    names, read = _column_reader(path, fmt)
+    label = read("label")
+    keep = _detection_rows(label)
+    for name in names:
+        yield name, _checked(name, label if name == "label" else read(name), keep, path)
 
 
 def _parquet_column(parquet, name: str) -> pd.Series:
@@ -104,8 +134,7 @@ def read_label_columns(path: str | os.PathLike) -> Iterator[tuple[str, np.ndarra
     if not path.is_file():
         raise VidqlError(f"label file '{path}' does not exist")
     try:
-        for name, column in _raw_columns(path, fmt):
-            yield name, (_categories if name in TEXT_COLUMNS else _numbers)(name, column, path)
+        yield from _checked_columns(path, fmt)
     except (ValueError, OSError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
         raise VidqlError(f"label file '{path}' cannot be read as {fmt}: {exc}") from exc
 
@@ -129,10 +158,24 @@ def _validated(df: pd.DataFrame, path: Path) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def write_labels(df: pd.DataFrame, path: str | os.PathLike) -> Path:
-    """Write detections to `path` (.csv, or .parquet/.pq); the file appears only when complete."""
+def _with_empty_clips(data: pd.DataFrame, clips, path: Path) -> pd.DataFrame:
+    """`data` and a row with an empty label for each of `clips` that has no detection."""
+    if "clip" not in data:
+        raise VidqlError(f"label file '{path}': clips are named only in a file with a 'clip' "
+                         "column")
+    empty = [c for c in dict.fromkeys(map(str, clips)) if c not in set(data["clip"])]
+    markers = pd.DataFrame({"clip": empty, "label": ""})
+    return pd.concat([data.astype({"frame": "Int64"}), markers], ignore_index=True)[data.columns]
+
+
+def write_labels(df: pd.DataFrame, path: str | os.PathLike, *, clips=()) -> Path:
+    """Write detections to `path` (.csv, or .parquet/.pq); the file appears only when complete.
+    `clips`: the clips that were labelled; each one without a detection gets a row with an
+    empty label, which says it was labelled and nothing was found."""
     path = Path(path)
     data = _validated(df, path)
+    if len(clips):
+        data = _with_empty_clips(data, clips, path)
     fmt = _format(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(path) as tmp:

@@ -16,6 +16,7 @@ from vidql.base.errors import CatalogError, ParameterError, QueryError
 from vidql.engine.exact import label_bounds, label_reads, run_exact
 from vidql.engine.sql.framestat import parse_frame_expr
 from vidql.engine.labels.oracle_api import unknown_label_notes
+from vidql.engine.catalog.indexstore import describe_extensions
 from vidql.engine.result import Report, Result
 
 
@@ -92,9 +93,7 @@ def _load_video(db, stmt: LoadVideo) -> Result:
     if row["skipped"]:
         frame = frame.assign(skipped="; ".join(f"'{p}': {why}" for p, why in row["skipped"]))
     if row["indexes"]:
-        frame = frame.assign(indexes="; ".join(
-            f"{name}: {how} frames added" if isinstance(how, int) else f"{name}: {how}"
-            for name, how in row["indexes"].items()))
+        frame = frame.assign(indexes=describe_extensions(row["indexes"]))
     return _frame(db, frame)
 
 

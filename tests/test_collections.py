@@ -285,18 +285,53 @@ def test_labels_of_another_clip_name_are_an_error_not_zeros(clips, tmp_path):
             db.sql("SELECT sum(objects('car')) FROM v")
 
 
-def test_a_clip_without_any_detection_counts_zero(clips, tmp_path):
-    """A clip of an empty street has no rows in a label file: its frames have no detections."""
+def test_a_clip_missing_from_the_label_file_is_an_error_naming_it(clips, tmp_path):
+    """A clip the file has no row for was not labelled: exact and approximate queries
+    refuse it, naming the clip, instead of counting it as zero detections."""
     folder, _, truth = clips
     labels = tmp_path / "no_cam1.labels.parquet"
     write_labels(truth[truth["clip"] != "cam1"], labels)
     with vidql.connect(progress=False) as db:
         db.sql(f"LOAD VIDEO '{folder}' AS cams; CREATE ORACLE truth FROM LABELS '{labels}'; "
                "SET ORACLE cams = truth")
-        got = db.sql("SELECT clip, sum(objects('car')) AS cars FROM cams GROUP BY clip "
-                     "ORDER BY clip").df()
+        for sql in ("SELECT clip, sum(objects('car')) AS cars FROM cams GROUP BY clip",
+                    "SELECT AVG(objects('car')) FROM cams ERROR WITHIN 0.5 SEED 1"):
+            with pytest.raises(vidql.OracleError, match="no rows for clip.s. cam1 .*empty label"):
+                db.sql(sql)
+
+
+@pytest.mark.parametrize("suffix", ["parquet", "csv"])
+def test_a_clip_labelled_with_nothing_found_counts_zero(clips, tmp_path, suffix):
+    """A clip of an empty street is named by a row with an empty label: its frames have no
+    detections."""
+    folder, _, truth = clips
+    labels = tmp_path / f"empty_cam1.labels.{suffix}"
+    write_labels(truth[truth["clip"] != "cam1"], labels, clips=["cam0", "cam1", "cam2"])
+    with vidql.connect(progress=False) as db:
+        db.sql(f"LOAD VIDEO '{folder}' AS cams; CREATE ORACLE truth FROM LABELS '{labels}'; "
+               "SET ORACLE cams = truth")
+        got = db.sql("SELECT clip, sum(objects('car')) AS cars, count(*) AS n FROM cams "
+                     "GROUP BY clip ORDER BY clip").df()
         assert got["cars"].astype(int).tolist() == [
             int(_car_counts(truth, "cam0").sum()), 0, int(_car_counts(truth, "cam2").sum())]
+        assert got["n"].tolist() == [FRAMES] * 3
+        assert db.sql("SELECT count(*) FROM cams.objects WHERE clip = 'cam1'").fetchall() == [(0,)]
+
+
+def test_frames_without_rows_in_a_single_clip_file_count_zero(clips, tmp_path):
+    """A file without a clip column labels its one clip: frames with no row have no
+    detections (that is how a frame without detections is written)."""
+    folder, _, truth = clips
+    rows = truth[(truth["clip"] == "cam0") & (truth["frame"] >= 100)].drop(columns="clip")
+    labels = tmp_path / "cam0_late.labels.csv"
+    write_labels(rows, labels)
+    with vidql.connect(progress=False) as db:
+        db.sql(f"LOAD VIDEO '{folder / 'cam0.mp4'}' AS v; CREATE ORACLE truth FROM LABELS "
+               f"'{labels}'; SET ORACLE v = truth")
+        got = db.sql("SELECT frame >= 100 AS late, sum(objects('car')) AS cars FROM v "
+                     "GROUP BY late ORDER BY late").df()
+        assert got["cars"].astype(int).tolist() == [
+            0, int(_car_counts(truth, "cam0")[100:].sum())]
 
 
 def test_python_api_loads_a_glob_and_restricts_to_clips(clips):
@@ -322,7 +357,8 @@ def test_cli_loads_a_glob(clips, tmp_path, capsys):
     assert main(["load", f"{folder}/*.mp4", "--name", "cams", "--db", db]) == 0
     assert "cams: 3 clips, 720 frames" in capsys.readouterr().out
     assert main(["load", f"{folder}/cam0.mp4", "--name", "cams", "--into", "--db", db]) == 0
-    assert "4 clips" in capsys.readouterr().out
+    out = capsys.readouterr().out  # loaded already: no second copy
+    assert "3 clips" in out and "already loaded as clip 'cam0'" in out
 
 
 def test_group_by_clip_error_within_holds_for_every_clip(cams, clips):
@@ -397,6 +433,68 @@ def test_appending_to_an_indexed_collection_extends_the_index(clips, tmp_path):
         assert r["ci_low"].iloc[0] <= every.mean() <= r["ci_high"].iloc[0]
         db.sql("REFRESH INDEX ci")
         assert len(db.proxy("cams", "objects('car')")) == 3 * FRAMES
+
+
+KILLED_BEFORE_EXTENDING = """
+import os, signal, vidql
+from vidql.engine.catalog.indexstore import IndexStore
+
+db = vidql.connect({db!r}, progress=False)
+IndexStore.extend_for_video = lambda *a, **kw: os.kill(os.getpid(), signal.SIGKILL)
+db.sql("LOAD VIDEO '{clip}' INTO cams")
+"""
+
+
+def test_a_kill_between_append_and_index_extension_is_finished_on_open(clips, tmp_path):
+    """SIGKILL after LOAD VIDEO ... INTO committed the clip and before its indexes were
+    extended: the next open extends them, so approximate queries work without REFRESH."""
+    import subprocess
+    import sys
+
+    folder, labels, truth = clips
+    path = tmp_path / "killed.db"
+    with vidql.connect(path, progress=False) as db:
+        db.sql(f"LOAD VIDEO ('{folder}/cam0.mp4', '{folder}/cam1.mp4') AS cams; CREATE ORACLE "
+               f"truth FROM LABELS '{labels}'; SET ORACLE cams = truth; CREATE INDEX ci ON cams "
+               f"WITH (embedder = 'pixel', reps = 40, seed = 0)")
+    script = KILLED_BEFORE_EXTENDING.format(db=str(path), clip=f"{folder}/cam2.mp4")
+    child = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert child.returncode == -9, child.stderr
+    with pytest.warns(RuntimeWarning, match="finished extending the indexes of video 'cams'.*"
+                                            "ci: 240 frames added"):
+        db = vidql.connect(path, progress=False)
+    with db:
+        assert db.sql("SHOW CLIPS cams").df()["clip"].tolist() == ["cam0", "cam1", "cam2"]
+        assert len(db.proxy("cams", "objects('car')")) == 3 * FRAMES
+        every = np.concatenate([_car_counts(truth, c) for c in ("cam0", "cam1", "cam2")])
+        r = db.sql("SELECT AVG(objects('car')) FROM cams ERROR WITHIN 0.5 USING INDEX ci "
+                   "SEED 1").df()
+        assert r["ci_low"].iloc[0] <= every.mean() <= r["ci_high"].iloc[0]
+        assert db.con.execute("SELECT count(*) FROM vidql.index_extensions").fetchall() == [(0,)]
+        # killed after extending, before the note was deleted: nothing is extended twice
+        db.con.execute("INSERT INTO vidql.index_extensions VALUES ('cams', ?)", [2 * FRAMES])
+    with pytest.warns(RuntimeWarning, match="ci: 0 frames added"):
+        db = vidql.connect(path, progress=False)
+    with db:
+        assert len(db.proxy("cams", "objects('car')")) == 3 * FRAMES
+
+
+def test_loading_a_clip_into_a_collection_again_is_a_no_op_with_a_note(clips, tmp_path):
+    """The same content again (the same file, or a copy under another name) is no new clip:
+    it is left out with a note, and the index is left as it is."""
+    folder, labels, _ = clips
+    copy = tmp_path / "camB.mp4"
+    shutil.copy(folder / "cam1.mp4", copy)
+    with vidql.connect(progress=False) as db:
+        db.sql(f"LOAD VIDEO ('{folder}/cam0.mp4', '{folder}/cam1.mp4') AS cams; CREATE ORACLE "
+               f"truth FROM LABELS '{labels}'; SET ORACLE cams = truth")
+        for again in (f"{folder}/cam1.mp4", str(copy)):
+            r = db.sql(f"LOAD VIDEO '{again}' INTO cams").df()
+            assert "already loaded as clip 'cam1'" in r["skipped"].iloc[0]
+        assert db.sql("SHOW CLIPS cams").df()["clip"].tolist() == ["cam0", "cam1"]
+        r = db.sql(f"LOAD VIDEO ('{folder}/cam2.mp4', '{copy}') INTO cams").df()
+        assert db.sql("SHOW CLIPS cams").df()["clip"].tolist() == ["cam0", "cam1", "cam2"]
+        assert r["frame_count"].iloc[0] == 3 * FRAMES and "camB.mp4" in r["skipped"].iloc[0]
 
 
 def test_labels_oracle_finds_every_row_of_a_clip_and_frame(tmp_path):

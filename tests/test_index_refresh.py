@@ -95,3 +95,45 @@ def test_failed_refresh_leaves_the_old_index_usable(traffic_db, monkeypatch):
     with vidql.connect(traffic_db, progress=False, read_only=True) as db:
         with pytest.raises(CatalogError, match="read-only"):
             db.sql("REFRESH INDEX ti")
+
+
+KILLED_BETWEEN_RENAMES = """
+import os, pathlib, signal, vidql
+rename = pathlib.Path.rename
+
+def rename_then_die(self, target):
+    moved = rename(self, target)
+    if pathlib.Path(target).name == ".ti.old":  # the old index moved aside, the new not yet in
+        os.kill(os.getpid(), signal.SIGKILL)
+    return moved
+
+db = vidql.connect({db!r}, progress=False)
+pathlib.Path.rename = rename_then_die
+db.sql("REFRESH INDEX ti")
+"""
+
+
+@pytest.mark.parametrize("complete", ["refresh", "old"])
+def test_a_kill_between_the_renames_of_refresh_leaves_a_usable_index(traffic_db, complete):
+    """SIGKILL after REFRESH INDEX moved the old folder aside and before the new one took its
+    place: the next open restores the new copy when complete (else the old one), and
+    approximate queries use it."""
+    import subprocess
+    import sys
+
+    with vidql.connect(traffic_db, progress=False) as db:
+        db.sql("CREATE INDEX ti ON t WITH (embedder = 'pixel', reps = 40, seed = 0)")
+        folder = db.indexes.directory("ti")
+    child = subprocess.run([sys.executable, "-c", KILLED_BETWEEN_RENAMES.format(db=str(traffic_db))],
+                           capture_output=True, text=True)
+    assert child.returncode == -9, child.stderr
+    assert not folder.exists() and (folder.parent / ".ti.old").is_dir()
+    if complete == "old":  # a new copy cut short: its metadata, written last, missing
+        (folder.parent / ".ti.refresh" / "meta.json").unlink()
+    with pytest.warns(RuntimeWarning, match=f"restored its {complete} copy"):
+        db = vidql.connect(traffic_db, progress=False)
+    with db:
+        assert sorted(p.name for p in folder.parent.iterdir()) == ["ti"]
+        r = db.sql("SELECT AVG(objects('car')) FROM t ERROR WITHIN 2 USING INDEX ti SEED 1")
+        assert r.report.index == "ti" and np.isfinite(r.df().iloc[0, 0])
+        assert db.indexes.get("ti").n_frames == 300

@@ -69,6 +69,8 @@ class Database:
         self.executor = "local"
         try:
             self.set_executor(executor, workers)
+            if not self.read_only:
+                self.indexes.recover(progress=progress)
         except BaseException:
             self.close()
             raise
@@ -126,17 +128,17 @@ class Database:
         """Probe video files and register table `name(clip, frame, ts, start_ts)`: `path` is
         a file, a glob ('clips/*.mp4'), a folder or a list of files (one clip each); `into`
         appends them as clips of the existing video `name` (and extends its indexes).
-        A file that cannot be read fails the load unless `skip_bad`. Returns the video's
+        A file that cannot be read fails the load unless `skip_bad`; one whose content is a
+        clip of the video already is left out. Returns the video's
         row with `skipped`: the (path, reason) of files left out, and `indexes`: for each
         index extended over appended clips, the frames added (or why it was not)."""
         if name is None:
             if not isinstance(path, (str, Path)) or any(ch in str(path) for ch in "*?["):
                 raise ParameterError("name the video: load_video(paths, 'name')")
             name = Path(path).stem.replace("-", "_").replace(".", "_")
-        covered = int(self.catalog.video_row(name)["frame_count"]) if into else 0
         row, skipped = self.catalog.add_video(path, name, rendition=rendition,
                                               skip_bad=skip_bad, into=into)
-        extended = self.indexes.extend_for_video(row["name"], covered, progress=self.progress) \
+        extended = self.indexes.finish_extensions(progress=self.progress).get(row["name"], {}) \
             if into else {}
         return {**row, "skipped": skipped, "indexes": extended}
 

@@ -42,6 +42,7 @@ CREATE TABLE IF NOT EXISTS vidql.clips (
     video VARCHAR, clip VARCHAR, ordinal INTEGER, path VARCHAR, codec VARCHAR, width INTEGER,
     height INTEGER, fps DOUBLE, frame_count BIGINT, duration DOUBLE, fingerprint VARCHAR,
     start_ts TIMESTAMP, first_frame BIGINT, PRIMARY KEY (video, clip));
+CREATE TABLE IF NOT EXISTS vidql.index_extensions (video VARCHAR, covered BIGINT);
 """
 
 NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -233,7 +234,8 @@ class Catalog:
         """LOAD VIDEO: probe every file `source` names (a file, glob, folder or list) and
         register them as clips of collection `name` (a new one, or an existing one `into`).
         A file that cannot be read fails the whole load, naming every such file, unless
-        `skip_bad`; then the rest load. Nothing changes unless every step succeeds.
+        `skip_bad`; then the rest load. A file whose content is a clip of the collection
+        already is left out with a note. Nothing changes unless every step succeeds.
         Returns the collection's row and the skipped (path, reason) pairs."""
         paths = video_paths(source)
         if into:
@@ -242,22 +244,18 @@ class Catalog:
             rendition = None if pd.isna(row["rendition_short_side"]) else int(row["rendition_short_side"])
         else:
             self._check_new_video_name(name)
-            clips = pd.DataFrame({"clip": [], "ordinal": [], "first_frame": [], "frame_count": []})
+            clips = pd.DataFrame({"clip": [], "ordinal": [], "first_frame": [], "frame_count": [],
+                                  "fingerprint": []})
         good, bad = self._probe_all(paths)
-        if bad and not skip_bad:
-            listed = "; ".join(f"'{p}': {reason}" for p, reason in bad)
-            raise VideoError(source if isinstance(source, str) else paths[0],
-                             f"{len(bad)} of {len(paths)} files cannot be loaded ({listed}); "
-                             f"nothing was loaded: fix or remove them, or LOAD VIDEO ... WITH "
-                             f"(skip_bad = true) to load the rest")
-        if not good:
-            raise VideoError(source if isinstance(source, str) else paths[0],
-                             "no file could be loaded: " + "; ".join(f"'{p}': {r}" for p, r in bad))
-        names = clip_names([p for p, _ in good], set(clips["clip"]))
+        self._refuse_bad(source, paths, good, bad, skip_bad)
+        good, loaded = self._new_content(good, clips)
+        if not good:  # every file is a clip of the collection already: nothing to do
+            return self.video_row(name), bad + loaded
+        names = clip_names([p for p, _, _ in good], set(clips["clip"]))
         first = len(clips)
         offset = int((clips["first_frame"] + clips["frame_count"]).max()) if first else 0
         staged = [self._stage_clip(name, first + k, path, info, rendition)
-                  for k, (path, info) in enumerate(good)]
+                  for k, (path, info, _) in enumerate(good)]
         try:
             self._register_clips(name, names, good, first, offset, rendition, into, source)
         except BaseException:
@@ -270,7 +268,37 @@ class Catalog:
                 shutil.rmtree(final, ignore_errors=True)
             self._move_staged(staging, final)
         self._forget(name)
-        return self.video_row(name), bad
+        return self.video_row(name), bad + loaded
+
+    @staticmethod
+    def _refuse_bad(source, paths: list[Path], good: list, bad: list, skip_bad: bool) -> None:
+        """VideoError naming every file that cannot be loaded (unless `skip_bad`), or saying
+        that none can."""
+        if bad and not skip_bad:
+            listed = "; ".join(f"'{p}': {reason}" for p, reason in bad)
+            raise VideoError(source if isinstance(source, str) else paths[0],
+                             f"{len(bad)} of {len(paths)} files cannot be loaded ({listed}); "
+                             f"nothing was loaded: fix or remove them, or LOAD VIDEO ... WITH "
+                             f"(skip_bad = true) to load the rest")
+        if not good:
+            raise VideoError(source if isinstance(source, str) else paths[0],
+                             "no file could be loaded: " + "; ".join(f"'{p}': {r}" for p, r in bad))
+
+    @staticmethod
+    def _new_content(good: list, clips: pd.DataFrame) -> tuple[list, list[tuple[str, str]]]:
+        """(path, VideoInfo, fingerprint) of the files in `good` whose content is no clip of
+        `clips` yet (nor an earlier file of `good`), and (path, note) of those left out."""
+        seen = dict(zip(clips["fingerprint"], clips["clip"], strict=True))
+        new, loaded = [], []
+        for path, info in good:
+            fingerprint = file_fingerprint(path)
+            if fingerprint in seen:
+                loaded.append((str(path), f"already loaded as clip {seen[fingerprint]!r} (same "
+                                          f"content); not loaded again"))
+                continue
+            seen[fingerprint] = Path(path).stem
+            new.append((path, info, fingerprint))
+        return new, loaded
 
     def _check_new_video_name(self, name: str) -> None:
         check_name("video", name)
@@ -330,12 +358,14 @@ class Catalog:
 
     def _register_clips(self, name, names, good, first, offset, rendition, into, source) -> None:
         """One transaction: the clip rows, the table rows and (for a new collection) the
-        video row, its table and its `objects` view."""
-        rows, frames = [], []
-        for k, ((path, info), clip) in enumerate(zip(good, names, strict=True)):
+        video row, its table and its `objects` view; appended `into` a collection, a row of
+        `vidql.index_extensions` saying its indexes cover its first `offset` frames (deleted
+        once they are extended: see IndexStore.finish_extensions)."""
+        covered, rows, frames = offset, [], []
+        for k, ((path, info, fingerprint), clip) in enumerate(zip(good, names, strict=True)):
             start = creation_timestamp(getattr(info, "creation_time", None))
             rows.append([name, clip, first + k, str(path), info.codec, info.width, info.height,
-                         info.fps, info.frame_count, info.duration, file_fingerprint(path),
+                         info.fps, info.frame_count, info.duration, fingerprint,
                          start, offset])
             frames.append(pd.DataFrame({"clip": clip, "frame": np.arange(info.frame_count),
                                         "ts": self._timestamps(info), "start_ts": start}))
@@ -343,7 +373,9 @@ class Catalog:
         q = quote_name(name)
         statements = [("INSERT INTO vidql.clips VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", r)
                       for r in rows]
-        if not into:
+        if into:
+            statements.append(("INSERT INTO vidql.index_extensions VALUES (?, ?)", [name, covered]))
+        else:
             info0 = good[0][1]
             statements += [
                 ("INSERT INTO vidql.videos (name, path, codec, width, height, fps, frame_count, "
@@ -603,6 +635,7 @@ class Catalog:
             ("DELETE FROM vidql.labels WHERE video = ?", [name]),
             ("DELETE FROM vidql.labelled WHERE video = ?", [name]),
             ("DELETE FROM vidql.indexes WHERE video = ?", [name]),
+            ("DELETE FROM vidql.index_extensions WHERE video = ?", [name]),
             ("DELETE FROM vidql.clips WHERE video = ?", [name]),
             ("DELETE FROM vidql.videos WHERE name = ?", [name]),
             (f"DROP TABLE IF EXISTS main.{q}", []),

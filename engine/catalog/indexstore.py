@@ -28,6 +28,12 @@ INDEX_OPTIONS = {"train": int, "reps": int, "k": int, "seed": int, "embedder": s
 MIN_SHORT_SIDE, MAX_SHORT_SIDE = 8, 256  # `size`: proxy frames' short side, at most the video's
 
 
+def describe_extensions(done: dict) -> str:
+    """extend_for_video's answer in words: 'idx: 240 frames added; ...'."""
+    return "; ".join(f"{name}: {how} frames added" if isinstance(how, int) else f"{name}: {how}"
+                     for name, how in done.items())
+
+
 class IndexStore:
     """Builds, persists and serves the TASTI indexes of a catalog's videos."""
 
@@ -170,33 +176,105 @@ class IndexStore:
         """After clips were appended to `video` (which had `covered` frames): each index over
         it that covered exactly those frames embeds only the new frames with its trained
         embedder and labels representatives among them (farthest-point-first against the
-        existing ones); no retraining. Returns {index: frames added, or why it was left as
-        it is (then it is stale and REFRESH INDEX rebuilds it)}."""
+        existing ones); no retraining. Returns {index: frames added (0 when it covers the
+        video already), or why it was left as it is (then it is stale and REFRESH INDEX
+        rebuilds it)}."""
         self.settle()
         done = {}
         rows = self.con.execute("SELECT name, oracle_identity, options FROM vidql.indexes WHERE "
                                 "video = ? ORDER BY name", [video]).fetchall()
-        if rows:  # torch and FAISS load only when there is an index to extend
-            from vidql.indexes import TastiIndex
         for name, oracle_identity, options in rows:
             self._open.pop(name, None)
             try:
-                index = TastiIndex.load(self.directory(name))
-                if index.n_frames != covered or index.identity.get("oracle") != oracle_identity:
-                    raise CatalogError(f"index {name!r} did not cover the video as loaded before")
-                cache = self.catalog.label_cache(video, json.loads(options).get("oracle"))
-                if cache.oracle.identity != oracle_identity:
-                    raise CatalogError(f"the oracle of index {name!r} changed since it was built")
-                added = index.extend(self.catalog.lowres_source(video), cache.detections,
-                                     progress=progress)
-                index.identity = self._identity(video, oracle_identity)
-                index.save(self.directory(name))
+                done[name] = self._extend_one(name, video, covered, oracle_identity,
+                                              json.loads(options).get("oracle"), progress)
             except VidqlError as exc:
                 done[name] = f"not extended ({exc}); REFRESH INDEX {name} rebuilds it"
-                continue
-            self._open[name] = index
-            done[name] = added
         return done
+
+    def _extend_one(self, name: str, video: str, covered: int, oracle_identity: str,
+                    oracle: str | None, progress: bool) -> int:
+        """Extend index `name` (which covered `covered` frames of `video`) over the rest of
+        the video and save it; the frames added."""
+        from vidql.indexes import TastiIndex  # torch and FAISS load only for an index
+
+        index = TastiIndex.load(self.directory(name))
+        identity = self._identity(video, oracle_identity)
+        if index.identity == identity:  # extended before a kill kept this from being noted
+            self._open[name] = index
+            return 0
+        if index.n_frames != covered or index.identity.get("oracle") != oracle_identity:
+            raise CatalogError(f"index {name!r} did not cover the video as loaded before")
+        cache = self.catalog.label_cache(video, oracle)
+        if cache.oracle.identity != oracle_identity:
+            raise CatalogError(f"the oracle of index {name!r} changed since it was built")
+        added = index.extend(self.catalog.lowres_source(video), cache.detections,
+                             progress=progress)
+        index.identity = identity
+        index.save(self.directory(name))
+        self._open[name] = index
+        return added
+
+    def finish_extensions(self, *, progress: bool = True) -> dict[str, dict]:
+        """Extend the indexes of every video that clips were appended to (LOAD VIDEO ...
+        INTO commits a row of `vidql.index_extensions` with its clips; a process killed
+        before extending left it there) and delete those rows. Returns {video:
+        extend_for_video's answer}."""
+        pending = self.con.execute("SELECT video, min(covered) FROM vidql.index_extensions "
+                                   "GROUP BY video ORDER BY video").fetchall()
+        done = {}
+        for video, covered in pending:
+            done[video] = self.extend_for_video(video, int(covered), progress=progress)
+            self.catalog.run_atomically([("DELETE FROM vidql.index_extensions WHERE video = ?",
+                                          [video])])
+        return done
+
+    def recover(self, *, progress: bool = True) -> None:
+        """On opening a database to write: finish what a killed process left half done (a
+        REFRESH INDEX between its two renames, a LOAD VIDEO ... INTO before its indexes
+        were extended), with a warning saying what was done."""
+        for name in self.names():
+            restored = self._restore_refreshed(name)
+            if restored:
+                warnings.warn(f"index {name!r}: restored its {restored} copy, left by a REFRESH "
+                              f"INDEX that was interrupted", RuntimeWarning, stacklevel=2)
+        try:
+            finished = self.finish_extensions(progress=progress)
+        except Exception as exc:  # kept for the next open; the database opens regardless
+            warnings.warn(f"extending indexes over clips appended by an interrupted LOAD VIDEO "
+                          f"... INTO failed ({exc}); the next open tries again",
+                          RuntimeWarning, stacklevel=2)
+            return
+        for video, done in finished.items():
+            if done:
+                warnings.warn(f"finished extending the indexes of video {video!r} over the clips "
+                              f"an interrupted LOAD VIDEO ... INTO appended: "
+                              f"{describe_extensions(done)}", RuntimeWarning, stacklevel=2)
+
+    def _restore_refreshed(self, name: str) -> str | None:
+        """Index `name`'s folder, put back from the copy REFRESH INDEX leaves beside it (the
+        new build when complete and built for the catalog's row, else the old one) when a
+        kill between its renames left none; leftover copies removed. Which copy, or None."""
+        directory = self.directory(name)
+        copies = [(part, directory.with_name(f".{name}.{part}")) for part in ("refresh", "old")]
+        if not any(path.exists() for _, path in copies):
+            return None
+        from vidql.indexes import TastiIndex
+
+        restored = None
+        if not directory.is_dir():
+            expect = {"oracle": self._row(name)["oracle_identity"]}
+            for part, path in copies:
+                try:
+                    TastiIndex.load(path, expect=expect)
+                except VidqlError:
+                    continue
+                path.rename(directory)
+                restored = part
+                break
+        for _, path in copies:
+            shutil.rmtree(path, ignore_errors=True)
+        return restored
 
     @staticmethod
     def _given_options(stored: dict) -> dict:

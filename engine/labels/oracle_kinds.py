@@ -129,16 +129,28 @@ class LabelsOracle(Oracle):
 
     def check_clips(self, clips: tuple[str, ...]) -> None:
         """A file without a clip column labels one clip; one with a clip column must name
-        some clip of the video (a clip it lacks has no detections, like an empty street,
-        but a file naming none of them is the wrong file, not an empty video)."""
+        every clip of the video, with detections or with a row with an empty label (labelled,
+        nothing found): a clip it lacks was not labelled, and counting it as zero detections
+        would be silently wrong."""
         if self.clips is None and len(clips) > 1:
             raise OracleError(f"label file of oracle {self.name!r} has no 'clip' column, so it "
                               f"cannot tell the {len(clips)} clips of a collection apart: add a "
                               f"clip column naming each row's clip")
-        if self.clips is not None and not set(clips) & set(self.clips):
+        if self.clips is None:
+            return
+        if not set(clips) & set(self.clips):
             raise OracleError(f"label file of oracle {self.name!r} names none of the video's "
                               f"clips ({', '.join(clips[:5])}); its clips are "
                               f"{', '.join(self.clips[:5])}")
+        missing = [c for c in clips if c not in set(self.clips)]
+        if missing:
+            raise OracleError(
+                f"label file of oracle {self.name!r} has no rows for clip(s) "
+                f"{', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''} of the video, so "
+                f"they were not labelled: add their detections, or, for a clip labelled with "
+                f"nothing found, a row with the clip's name and an empty label (e.g. "
+                f"'{missing[0]},,,,,,,'; write_labels(..., clips=...) writes them), then CREATE "
+                f"OR REPLACE ORACLE {self.name}")
 
     def detect(self, frames, frame_ids: np.ndarray) -> pd.DataFrame:
         if self.clips is not None and len(self.clips) != 1:
