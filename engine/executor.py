@@ -12,6 +12,7 @@ from vidql.engine.sql.dialect import (AlterVideoPath, AlterVideoStart, CreateInd
                       SetOracle, ShowClips, ShowIndexes, ShowOracles, ShowVideos, describe,
                       parse_script)
 from vidql.engine.sql.dialect_lex import tokenize
+from vidql.engine.sql.sqlnames import quote_name
 from vidql.base.errors import CatalogError, ParameterError, QueryError
 from vidql.engine.exact import label_bounds, label_reads, run_exact
 from vidql.engine.sql.framestat import parse_frame_expr
@@ -165,7 +166,7 @@ def _drop_index(db, stmt: DropIndex) -> Result | None:
     if not (duckdb_index or stmt.if_exists):
         raise CatalogError(f"unknown index {stmt.name!r}; indexes: "
                            f"{', '.join(db.indexes.names()) or 'none'}")
-    return _plain(db, f"DROP INDEX {'IF EXISTS ' if stmt.if_exists else ''}{stmt.name}")
+    return _plain(db, f"DROP INDEX {'IF EXISTS ' if stmt.if_exists else ''}{quote_name(stmt.name)}")
 
 
 _HANDLERS = {
