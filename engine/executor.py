@@ -112,7 +112,18 @@ def _alter_video_path(db, stmt: AlterVideoPath) -> Result:
 
 
 def _alter_video_start(db, stmt: AlterVideoStart) -> Result:
-    return _frame(db, db.catalog.set_clip_start(stmt.name, stmt.clip, stmt.start))
+    return _frame(db, db.catalog.set_clip_start(stmt.name, stmt.clip, _start_time(stmt.start)))
+
+
+def _start_time(text: str | None) -> pd.Timestamp | None:
+    """A clip's start time as written in ALTER VIDEO ... SET START, or a ParameterError."""
+    if text is None:
+        return None
+    try:
+        return pd.Timestamp(text)
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise ParameterError(f"SET START {text!r} is not a time ({exc}); write e.g. "
+                             f"TIMESTAMP '2026-11-02 08:00:00'") from None
 
 
 def _create_oracle(db, stmt: CreateOracle) -> Result:

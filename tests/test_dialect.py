@@ -515,7 +515,7 @@ def test_each_clause_at_and_beyond_its_bounds(accepted, rejected):
     err = _error(rejected)
     shared = len(os.path.commonprefix([accepted, rejected]))
     assert err.position is not None and err.position >= shared - 16, (err.position, str(err))
-    assert re.search(r"[\[(]0%?, |>= ?\d|> 0", str(err)), str(err)
+    assert re.search(r"[\[(][\d.]+%?, |>= ?\d|> 0", str(err)), str(err)
 
 
 def test_a_percentage_is_the_fraction_written():

@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from vidql.base.errors import ParameterError
+from vidql.base.ranges import FINITE, WHOLE
 from vidql.engine.sql.sqlnames import sql_name
 
 
@@ -41,19 +42,14 @@ def sql_literal(value) -> str:
 
 
 def _number(name: str, value) -> str:
-    """A numeric argument as a SQL literal, or a ParameterError naming it."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real) \
-            or not math.isfinite(float(value)):
-        raise ParameterError(f"{name} must be a finite number, got {value!r}")
-    return sql_literal(value)
+    """A numeric argument as a SQL literal, or a ParameterError naming it and its range."""
+    return repr(FINITE.check(name, value))
 
 
 def _integer(name: str, value) -> str:
-    """An integer argument (numpy integers and integral floats too) as a SQL literal."""
-    _number(name, value)
-    if float(value) != int(value):
-        raise ParameterError(f"{name} must be a whole number, got {value!r}")
-    return str(int(value))
+    """A count (numpy integers and integral floats too) as a SQL literal, or a
+    ParameterError naming it and its range."""
+    return str(WHOLE.check(name, value))
 
 
 @dataclass(frozen=True)
