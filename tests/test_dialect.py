@@ -526,3 +526,17 @@ def test_a_percentage_is_the_fraction_written():
     sel = parse("SELECT frame FROM v WHERE contains('bus') PRECISION TARGET 90.3% "
                 "ORACLE BUDGET 100")
     assert sel.clauses.precision_target == 0.903
+
+
+@pytest.mark.parametrize("text,chars", [("SELECT {}(1)", 100_000), ('SELECT 1 AS "{}"', 300),
+                                        ("SELECT * FROM {}", 256)])
+def test_a_name_too_long_is_refused_before_duckdb_parses(text, chars):
+    """A 100,000-character function name took seconds in DuckDB's suggestions; names are
+    checked first (at most 255 characters)."""
+    import time
+
+    t0 = time.perf_counter()
+    err = _error(text.format("f" * chars))
+    assert time.perf_counter() - t0 < 1.0
+    assert f"a name of {chars} characters; names are at most 255 characters long" in str(err)
+    parse("SELECT 1 AS " + "x" * 255)
