@@ -27,7 +27,10 @@ class Bounds:
         if isinstance(value, bool) or not isinstance(value, (int, float, np.integer,
                                                              np.floating)):
             return False
-        if not math.isfinite(value) or (self.whole and not float(value).is_integer()):
+        try:
+            if not math.isfinite(value) or (self.whole and not float(value).is_integer()):
+                return False
+        except OverflowError:  # an int beyond any float (10**400): beyond every range
             return False
         if self.low is not None and (value <= self.low if self.open_low else value < self.low):
             return False
@@ -36,8 +39,8 @@ class Bounds:
     def __str__(self) -> str:
         kind = "a whole number" if self.whole else "a number"
         if self.low is not None and self.high is not None:
-            return (f"{kind} in {'(' if self.open_low else '['}{self.low:g}, "
-                    f"{self.high:g}{')' if self.open_high else ']'}")
+            return (f"{kind} in {'(' if self.open_low else '['}{_shown(self.low)}, "
+                    f"{_shown(self.high)}{')' if self.open_high else ']'}")
         if not self.whole:
             kind = "a finite number"
         if self.low is not None:
@@ -54,8 +57,15 @@ class Bounds:
     def check(self, name: str, value):
         """`value` (int when whole, else float) or a ParameterError naming the range."""
         if value not in self:
-            raise ParameterError(f"{name} must be {self}; got {value!r}")
+            raise ParameterError(f"{name} must be {self}; got {_shown(value)}")
         return int(value) if self.whole else float(value)
+
+
+def _shown(value) -> str:
+    """A bound or a given value as a message shows it: whole numbers in full, floats
+    short, anything longer than 40 characters cut."""
+    text = f"{value:g}" if isinstance(value, float) else repr(value)
+    return text if len(text) <= 40 else f"{text[:20]}...({len(text)} characters)"
 
 
 def percent(fraction: float) -> str:
@@ -70,10 +80,15 @@ CONFIDENCE = Bounds(0.0, 1.0, open_low=True, open_high=True)
 ABSOLUTE_ERROR = Bounds(0.0, None, open_low=True)
 RELATIVE_ERROR = Bounds(0.0, 1.0, open_low=True, open_high=True)
 RECALL_TARGET = Bounds(0.0, 1.0, open_low=True)  # 100%: every frame but the sampled negatives
-PRECISION_TARGET = Bounds(0.0, 1.0, open_low=True, open_high=True)
-GAP = Bounds(0, whole=True)
+# 1e-320 made SUPG's candidate prefix (positives / target) infinite; below 1e-6 a
+# precision target means "any precision" anyway
+PRECISION_TARGET = Bounds(1e-6, 1.0, open_high=True)
+MAX_COUNT = 10**15  # the largest count (rows, frames, oracle calls) a user may give
+GAP = Bounds(0, MAX_COUNT, whole=True)
 SEED = Bounds(0, whole=True)
-LIMIT_ROWS = Bounds(1, whole=True)
+LIMIT_ROWS = Bounds(1, MAX_COUNT, whole=True)
+WHOLE = Bounds(0, MAX_COUNT, whole=True)  # a count the Python builder writes into a statement
+FINITE = Bounds()  # a number the Python builder writes into a statement
 BATCH_SIZE = Bounds(1, 4096, whole=True)  # frames per oracle call
 # ORACLE BUDGET: the fewest oracle calls each operator can work with
 MIN_SAMPLES = 2        # aggregate with an error bound (ERROR WITHIN ... ORACLE BUDGET n)

@@ -4,6 +4,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from vidql.engine.sql.sqlnames import sql_name
+
 from .registry import BenchContext, ScenarioResult, scenario
 
 # real clips: (file, count label, rare label, "many" threshold for LIMIT)
@@ -25,7 +27,7 @@ def _dataset_rows(ctx: BenchContext, name: str, video: Path, oracle_sql: str, co
         for oracle in ("approx", "exact"):
             if oracle not in db.catalog.oracle_names():
                 db.sql(oracle_sql.format(name=oracle))
-        db.sql(f"SET ORACLE {name} = approx")
+        db.sql(f"SET ORACLE {sql_name(name)} = approx")
         n = db.catalog.video_info(name).frame_count
         t0 = time.perf_counter()
         index = db.create_index(f"{name}_idx", name, train=max(40, n // 50), reps=max(80, n // 25),
@@ -34,7 +36,7 @@ def _dataset_rows(ctx: BenchContext, name: str, video: Path, oracle_sql: str, co
         index_calls = int(index.stats.get("oracle_calls", 0))
         cost_ms = db.catalog.oracle("exact").simulated_cost_ms  # None: a real model, timed
         t0 = time.perf_counter()
-        db.sql(f"SELECT count(*) FROM {name} WHERE objects('{count}') >= 0 USING ORACLE exact")
+        db.sql(f"SELECT count(*) FROM {sql_name(name)} WHERE objects('{count}') >= 0 USING ORACLE exact")
         exact_seconds = time.perf_counter() - t0 + (n * cost_ms / 1000 if cost_ms else 0.0)
         rows = run_showcase(db, showcase_queries(name, count, rare, n, many=many, seed=ctx.seed),
                             exact_oracle="exact")

@@ -31,6 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
+from vidql.engine.sql.sqlnames import sql_name
+
 from .registry import BenchContext, ScenarioResult, pyplot, scenario
 from .scenarios_queries import most_separated
 
@@ -162,7 +164,7 @@ def index_step(db_path: str, options: dict, video: str = VIDEO, index: str = IND
     before = peak_rss_mb()
     with vidql.connect(db_path, progress=False) as db:
         t0 = time.perf_counter()
-        db.sql(f"CREATE INDEX {index} ON {video} USING TASTI{with_clause(options)}")
+        db.sql(f"CREATE INDEX {sql_name(index)} ON {sql_name(video)} USING TASTI{with_clause(options)}")
         seconds = time.perf_counter() - t0
         stats = db.indexes.get(index).stats
     return {"seconds": seconds, "rss_before_mb": before, "peak_rss_mb": peak_rss_mb(),

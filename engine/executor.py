@@ -12,6 +12,7 @@ from vidql.engine.sql.dialect import (AlterVideoPath, AlterVideoStart, CreateInd
                       SetOracle, ShowClips, ShowIndexes, ShowOracles, ShowVideos, describe,
                       parse_script)
 from vidql.engine.sql.dialect_lex import tokenize
+from vidql.engine.sql.sqlnames import quote_name
 from vidql.base.errors import CatalogError, ParameterError, QueryError
 from vidql.engine.exact import label_bounds, label_reads, run_exact
 from vidql.engine.sql.framestat import parse_frame_expr
@@ -110,7 +111,18 @@ def _alter_video_path(db, stmt: AlterVideoPath) -> Result:
 
 
 def _alter_video_start(db, stmt: AlterVideoStart) -> Result:
-    return _frame(db, db.catalog.set_clip_start(stmt.name, stmt.clip, stmt.start))
+    return _frame(db, db.catalog.set_clip_start(stmt.name, stmt.clip, _start_time(stmt.start)))
+
+
+def _start_time(text: str | None) -> pd.Timestamp | None:
+    """A clip's start time as written in ALTER VIDEO ... SET START, or a ParameterError."""
+    if text is None:
+        return None
+    try:
+        return pd.Timestamp(text)
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise ParameterError(f"SET START {text!r} is not a time ({exc}); write e.g. "
+                             f"TIMESTAMP '2026-11-02 08:00:00'") from None
 
 
 def _create_oracle(db, stmt: CreateOracle) -> Result:
@@ -164,7 +176,7 @@ def _drop_index(db, stmt: DropIndex) -> Result | None:
     if not (duckdb_index or stmt.if_exists):
         raise CatalogError(f"unknown index {stmt.name!r}; indexes: "
                            f"{', '.join(db.indexes.names()) or 'none'}")
-    return _plain(db, f"DROP INDEX {'IF EXISTS ' if stmt.if_exists else ''}{stmt.name}")
+    return _plain(db, f"DROP INDEX {'IF EXISTS ' if stmt.if_exists else ''}{quote_name(stmt.name)}")
 
 
 _HANDLERS = {

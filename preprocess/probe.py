@@ -9,10 +9,13 @@ the video is decoded once, which is the only way to learn the truth when the hea
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
+import json
 import os
 import pickle
 import re
+import zipfile
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -132,24 +135,124 @@ class PtsIndex:
         return self._n
 
 
+INFO_FILE = "info.npz"  # a video's probe result in its artifacts folder
+_LEGACY_INFO_FILE = "info.pkl"  # where vidql kept it as a pickle before
+_SCALARS = {"path": str, "codec": str, "width": int, "height": int, "fps": float,
+            "frame_count": int, "duration": float, "pts_unique": bool,
+            "header_frame_count": int, "counted_by": str, "creation_time": (str, type(None))}
+
+
+class DamagedInfo(Exception):
+    """A saved probe result that cannot be read back; the video is probed again."""
+
+
 def save_info(info: VideoInfo, file: str | os.PathLike) -> None:
-    """Write `info` to `file` (a pickle), atomically."""
-    with atomic_path(file) as tmp:
-        tmp.write_bytes(pickle.dumps(info))
+    """Write `info` to `file` as data, atomically: an .npz of its int64 arrays and its
+    other fields as JSON (`meta`). Nothing in it is code; `load_info` reads it back."""
+    meta = {k: getattr(info, k) for k in _SCALARS}
+    meta["time_base"] = [info.time_base.numerator, info.time_base.denominator]
+    blob = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
+    with atomic_path(file) as tmp, open(tmp, "wb") as out:
+        np.savez(out, meta=blob, **{k: getattr(info, k) for k in _ARRAYS})
 
 
 def load_info(file: str | os.PathLike) -> VideoInfo:
-    """The VideoInfo `save_info` wrote to `file`. One written before the per-frame layout
-    was arrays (its pickle holds no numpy array) is written again as arrays, where the
-    folder allows, so that it loads fast from then on."""
-    data = Path(file).read_bytes()
-    info = pickle.loads(data)
-    if b"numpy" not in data:
-        try:
-            save_info(info, file)
-        except OSError:  # a read-only folder: it reads as it is
-            pass
-    return info
+    """The VideoInfo `save_info` wrote to `file`; DamagedInfo when it is not one."""
+    try:
+        with np.load(file, allow_pickle=False) as data:
+            meta = json.loads(bytes(data["meta"]).decode())
+            arrays = {k: data[k] for k in _ARRAYS}
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, UnicodeDecodeError) as exc:
+        raise DamagedInfo(f"{file}: {exc}") from None
+    if not isinstance(meta, dict):
+        raise DamagedInfo(f"{file}: its fields are not a JSON object")
+    return _info_of(meta, arrays)
+
+
+def _info_of(meta: dict, arrays: dict) -> VideoInfo:
+    """A VideoInfo of checked fields: DamagedInfo for a missing field or a wrong type."""
+    for key, kind in _SCALARS.items():
+        value = meta.get(key)
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            raise DamagedInfo(f"field {key} is {value!r}")
+        meta[key] = value
+    tb = meta.get("time_base")
+    if not (isinstance(tb, list) and len(tb) == 2 and all(type(v) is int for v in tb) and tb[1] > 0):
+        raise DamagedInfo(f"field time_base is {tb!r}")
+    for key, value in arrays.items():
+        if not isinstance(value, np.ndarray) or value.dtype != np.int64 or value.ndim != 1:
+            raise DamagedInfo(f"field {key} is not a list of int64")
+    if len(arrays["pts"]) != meta["frame_count"] or not len(arrays["keyframes"]) \
+            or len(arrays["keyframes"]) != len(arrays["keyframe_seek_ts"]):
+        raise DamagedInfo("the per-frame arrays disagree with the frame count")
+    return VideoInfo(**{k: meta[k] for k in _SCALARS}, time_base=Fraction(*tb), **arrays)
+
+
+class _InfoUnpickler(pickle.Unpickler):
+    """Reads an info.pkl of an older vidql: refuses every global but VideoInfo, Fraction
+    and numpy's array reconstruction, so a planted pickle cannot run code."""
+
+    ALLOWED = frozenset({("vidql.preprocess.probe", "VideoInfo"), ("fractions", "Fraction")} |
+                        {(f"numpy.{core}.multiarray", f) for core in ("core", "_core")
+                         for f in ("_reconstruct", "scalar")} |
+                        {("numpy", "ndarray"), ("numpy", "dtype")})
+
+    def find_class(self, module: str, name: str):
+        if (module, name) not in self.ALLOWED:
+            raise pickle.UnpicklingError(f"global {module}.{name} is not allowed in an info.pkl")
+        return super().find_class(module, name)
+
+
+def _load_legacy_info(file: Path) -> VideoInfo:
+    """The VideoInfo of an old info.pkl, read through the allow-list; DamagedInfo otherwise."""
+    try:
+        with open(file, "rb") as raw:
+            info = _InfoUnpickler(raw).load()
+    except Exception as exc:  # anything a damaged or planted pickle raises: probe again
+        raise DamagedInfo(f"{file}: {exc}") from None
+    if not isinstance(info, VideoInfo):
+        raise DamagedInfo(f"{file} holds a {type(info).__name__}, not a VideoInfo")
+    meta = info.__getstate__()
+    tb = meta.get("time_base")
+    if isinstance(tb, Fraction):
+        meta["time_base"] = [tb.numerator, tb.denominator]
+    return _info_of(meta, {k: meta.get(k) for k in _ARRAYS})
+
+
+def stored_info(directory: str | os.PathLike, path: str) -> VideoInfo:
+    """The probe result of the video at `path` saved in `directory` (its INFO_FILE). An
+    info.pkl of an older vidql is read through an allow-list and saved anew as data; one
+    that is absent or damaged is probed again and saved."""
+    directory = Path(directory)
+    saved, legacy = directory / INFO_FILE, directory / _LEGACY_INFO_FILE
+    info = _read_or_none(saved, load_info)
+    if info is None:
+        info = _read_or_none(legacy, _load_legacy_info) or probe_video(path)
+        _save_quietly(info, saved, legacy)
+    return info if info.path == path else dataclasses.replace(info, path=path)
+
+
+def _read_or_none(file: Path, read) -> VideoInfo | None:
+    """`read(file)`, or None when the file is absent or damaged."""
+    if not file.is_file():
+        return None
+    try:
+        return read(file)
+    except DamagedInfo:
+        return None
+
+
+def _save_quietly(info: VideoInfo, saved: Path, legacy: Path) -> None:
+    """Save `info` and remove an old info.pkl, where the folder allows (else it reads as
+    it is, next time too)."""
+    try:
+        saved.parent.mkdir(parents=True, exist_ok=True)
+        save_info(info, saved)
+        legacy.unlink(missing_ok=True)
+    except OSError:
+        pass
 
 
 def probe_video(path: str | os.PathLike) -> VideoInfo:
@@ -165,42 +268,50 @@ def probe_video(path: str | os.PathLike) -> VideoInfo:
         raise VideoError(path, f"FFmpeg cannot parse it ({ffmpeg_reason(exc)}); it is truncated, "
                                  "corrupt or not a video") from exc
     with container:
-        if not container.streams.video or container.format.name in _NOT_VIDEO_FORMATS:
-            kinds = sorted({s.type for s in container.streams if s.type != "video"})
-            holds = f"{' and '.join(kinds)} streams only" if kinds else "no streams"
-            raise VideoError(path, f"file has no video stream (FFmpeg reads it as "
-                                   f"'{container.format.name}' with {holds}); it is truncated, "
-                                   "corrupt or not a video")
-        stream = container.streams.video[0]
-        if stream.codec_context is None:
-            raise VideoError(path, "unsupported codec: FFmpeg does not know the video stream's "
-                                   "codec, no decoder available")
-        codec = stream.codec_context.name
-        try:
-            av.codec.Codec(codec, "r")
-        except Exception as exc:
-            raise VideoError(path, f"unsupported codec '{codec}': no decoder available") from exc
-        if not stream.codec_context.width or not stream.codec_context.height:
-            raise VideoError(path, f"video stream has no frame size (codec '{codec}', corrupt header?)")
+        stream, codec = _video_stream(path, container)
         packets, demuxed = _demux_packet_table(path, container, stream)
         listed = int(stream.frames or 0)
         if container.format.name.startswith("mov") and demuxed < listed:
             raise VideoError(path, f"truncated file: its index lists {listed} frames but the data "
                                    f"holds only {demuxed}")
-        fast = _packet_layout(codec, packets)
-        if fast is not None:
-            try:
-                _check_first_frame_decodes(path, fast[0][0])
-            except _NotTrusted:
-                fast = None
-        if fast is not None:
-            pts, keyframe_pts = fast
-            counted_by = "packets"
-        else:
-            pts, keyframe_pts = _decode_layout(path, packets)
-            counted_by = "decoding"
+        pts, keyframe_pts, counted_by = _frame_layout(path, codec, packets)
         created = container.metadata.get("creation_time") or stream.metadata.get("creation_time")
         return _build_info(path, stream, codec, pts, keyframe_pts, counted_by, created)
+
+
+def _video_stream(path: Path, container):
+    """(first video stream, codec name), or a VideoError saying why there is none to decode."""
+    if not container.streams.video or container.format.name in _NOT_VIDEO_FORMATS:
+        kinds = sorted({s.type for s in container.streams if s.type != "video"})
+        holds = f"{' and '.join(kinds)} streams only" if kinds else "no streams"
+        raise VideoError(path, f"file has no video stream (FFmpeg reads it as "
+                               f"'{container.format.name}' with {holds}); it is truncated, "
+                               "corrupt or not a video")
+    stream = container.streams.video[0]
+    if stream.codec_context is None:
+        raise VideoError(path, "unsupported codec: FFmpeg does not know the video stream's "
+                               "codec, no decoder available")
+    codec = stream.codec_context.name
+    try:
+        av.codec.Codec(codec, "r")
+    except Exception as exc:
+        raise VideoError(path, f"unsupported codec '{codec}': no decoder available") from exc
+    if not stream.codec_context.width or not stream.codec_context.height:
+        raise VideoError(path, f"video stream has no frame size (codec '{codec}', corrupt header?)")
+    return stream, codec
+
+
+def _frame_layout(path: Path, codec: str, packets):
+    """(pts, keyframe pts, counted_by): from the packets when the decoder agrees with
+    them, else by decoding every frame once."""
+    fast = _packet_layout(codec, packets)
+    if fast is not None:
+        try:
+            _check_first_frame_decodes(path, fast[0][0])
+            return fast[0], fast[1], "packets"
+        except _NotTrusted:
+            pass
+    return *_decode_layout(path, packets), "decoding"
 
 
 def ffmpeg_reason(exc: BaseException) -> str:

@@ -113,7 +113,11 @@ def test_numpy_scalars_and_quotes_run(traffic_db):
 ARGUMENTS = [0, 1, -1, 3, 0.5, 0.95, 1.5, 1e309, -0.0, np.float64(0.3), np.float32(0.9),
              np.int64(4), np.int32(-2), np.uint8(200), np.bool_(True), True, np.nan, np.inf,
              "car", "it's", "'; DROP TABLE t; --", '"q"', "", "é'", None, [1], (2,), {"a": 1},
-             b"x", 1 + 2j, object()]
+             b"x", 1 + 2j, object(), 10**400, -10**400, 1e-320, 5e-324, np.uint64(2**64 - 1),
+             np.float64("nan"), -np.inf, 2**63]
+# names with quotes and semicolons, for every name the builder writes (USING ORACLE/INDEX)
+NAMES = ["idx", "x; CREATE TABLE pwned AS SELECT 1 AS a; --", 'q"uote', "it's", "a b", ";",
+         '"', "SEED 5", "select", "é", "-- c", "/* c */"]
 VALID = {"error": 0.5, "relative": False, "confidence": 0.9, "budget": 100, "group_by": None,
          "gap": 10, "recall": 0.9, "precision": 0.8, "n": 5, "label": "car", "min_score": 0.5,
          "seed": 3, "value": 2}
@@ -138,7 +142,8 @@ def _fuzz_call(rng: np.random.Generator):
             "limit": (arg("n"),)}.get(kind, ())
     where = [objects("car") >= arg("value"), contains(arg("label")), objects("bus") == arg("label"),
              arg("value") + objects("car") * arg("value")][rng.integers(4)]
-    builder = V.where(where).using(seed=arg("seed"))
+    names = {k: NAMES[rng.integers(len(NAMES))] for k in ("oracle", "index") if rng.random() < 0.5}
+    builder = V.where(where).using(seed=arg("seed"), **names)
     return builder, kind, args, kwargs
 
 
@@ -148,8 +153,10 @@ def test_fuzz_builder_arguments_give_only_vidql_errors():
     for _ in range(3000):
         try:
             builder, kind, args, kwargs = _fuzz_call(rng)
-            parse(builder.to_sql(kind, *args, **kwargs))
+            stmt = parse(builder.to_sql(kind, *args, **kwargs))
             counts["ok"] += 1
+            # a name stays one name: never a clause or a statement of its own
+            assert (stmt.clauses.oracle, stmt.clauses.index) == (builder.oracle, builder.index)
         except VidqlError:
             counts["error"] += 1
     assert counts["ok"] > 100 and counts["error"] > 500, counts

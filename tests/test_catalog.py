@@ -95,7 +95,7 @@ def test_a_query_over_labels_reads_no_probe_result(traffic_db, monkeypatch):
     the garbage collector inside the query after it); a changed file is still refused."""
     import vidql.preprocess.probe as probe
 
-    for saved in (traffic_db.parent / f"{traffic_db.name}.artifacts").rglob("info.pkl"):
+    for saved in (traffic_db.parent / f"{traffic_db.name}.artifacts").rglob(probe.INFO_FILE):
         saved.unlink()  # reading the probe result would now probe the file again
 
     def no_probe(path):
@@ -106,6 +106,37 @@ def test_a_query_over_labels_reads_no_probe_result(traffic_db, monkeypatch):
         db.sql("SELECT AVG(objects('car')) FROM t ORACLE BUDGET 20 SEED 1")
         assert db.sql("SELECT count(*) FROM t WHERE frame < 5 AND objects('car') >= 0"
                       ).df().iloc[0, 0] == 5
+
+
+class _Planted:
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        import os
+
+        return os.system, (f"touch '{self.marker}'",)
+
+
+def test_a_planted_info_pickle_runs_no_code_when_frames_are_decoded(counter_clip, oracle_module,
+                                                                      tmp_path):
+    """An info.pkl in the artifacts whose unpickling would run a shell command is refused
+    by the allow-list: no code runs, the clip is probed again and its frames decode."""
+    import pickle
+
+    path = tmp_path / "db.vidql"
+    with vidql.connect(path, progress=False) as db:
+        db.sql(f"LOAD VIDEO '{counter_clip}' AS clip; CREATE ORACLE bright FROM PYTHON "
+               "'vq_test_oracle:BrightnessOracle'; SET ORACLE clip = bright")
+    folder = next((tmp_path / "db.vidql.artifacts").rglob("info.npz")).parent
+    (folder / "info.npz").unlink()
+    marker = tmp_path / "code-ran"
+    (folder / "info.pkl").write_bytes(pickle.dumps(_Planted(marker)))
+    with vidql.connect(path, progress=False) as db:
+        rows = db.sql("SELECT count(*) FROM clip WHERE frame < 5 AND objects('car') >= 0")
+        assert rows.fetchall() == [(5,)]
+    assert not marker.exists()
+    assert (folder / "info.npz").is_file() and not (folder / "info.pkl").exists()
 
 
 def test_a_query_reads_the_clip_table_once_and_a_change_is_seen_next(traffic_db):

@@ -515,7 +515,7 @@ def test_each_clause_at_and_beyond_its_bounds(accepted, rejected):
     err = _error(rejected)
     shared = len(os.path.commonprefix([accepted, rejected]))
     assert err.position is not None and err.position >= shared - 16, (err.position, str(err))
-    assert re.search(r"[\[(]0%?, |>= ?\d|> 0", str(err)), str(err)
+    assert re.search(r"[\[(][\d.]+%?, |>= ?\d|> 0", str(err)), str(err)
 
 
 def test_a_percentage_is_the_fraction_written():
@@ -526,3 +526,80 @@ def test_a_percentage_is_the_fraction_written():
     sel = parse("SELECT frame FROM v WHERE contains('bus') PRECISION TARGET 90.3% "
                 "ORACLE BUDGET 100")
     assert sel.clauses.precision_target == 0.903
+
+
+@pytest.mark.parametrize("text,chars", [("SELECT {}(1)", 100_000), ('SELECT 1 AS "{}"', 300),
+                                        ("SELECT * FROM {}", 256)])
+def test_a_name_too_long_is_refused_before_duckdb_parses(text, chars):
+    """A 100,000-character function name took seconds in DuckDB's suggestions; names are
+    checked first (at most 255 characters)."""
+    import time
+
+    t0 = time.perf_counter()
+    err = _error(text.format("f" * chars))
+    assert time.perf_counter() - t0 < 1.0
+    assert f"a name of {chars} characters; names are at most 255 characters long" in str(err)
+    parse("SELECT 1 AS " + "x" * 255)
+
+
+# values a user might give in every number and name position of a statement
+FUZZ_NUMBERS = ["1e400", "-1e400", "1e-320", "5e-324", "nan", "inf", "-0", "0", "1e300",
+                "99999999999999999999999999", "18446744073709551615", "0.0000001", "2.5", "-3",
+                "95%", "1e-320%", "3"]
+FUZZ_NAMES = ['"x; CREATE TABLE pwned AS SELECT 1 AS a; --"', '"it\'s"', '"a""b"', '";"',
+              '"x\'); CREATE TABLE pwned AS SELECT 1 AS a; --"', "truth", "nope", "V2",
+              '"v; DROP TABLE v; --"', '"' + "n" * 300 + '"']
+FUZZ_STRINGS = ["'x''; CREATE TABLE pwned AS SELECT 1 AS a; --'", "'car'", "'it''s'", "';'",
+                "'/proc/self/mem'", "'x'", "'2026-11-02 08:00:00'", "''"]
+FUZZ_TEMPLATES = [
+    "SELECT AVG(objects('car')) FROM {name} ERROR WITHIN {n} CONFIDENCE {n}",
+    "SELECT SUM(objects({s})) FROM v ORACLE BUDGET {n} SEED {n}",
+    "SELECT frame FROM v WHERE objects('car') >= {n} LIMIT {n} GAP {n}",
+    "SELECT frame FROM v WHERE contains('car') RECALL TARGET {n} ORACLE BUDGET {n} USING INDEX {name}",
+    "SELECT frame FROM v WHERE contains('car') PRECISION TARGET {n} ORACLE BUDGET {n} "
+    "USING ORACLE {name}",
+    "SELECT frame FROM v WHERE contains({s}) FIND RARE ORACLE BUDGET {n} USING ORACLE {name}",
+    "SELECT count(*) FROM v WHERE frame < {n} AND objects('car', {n}) >= 0 USING ORACLE {name}",
+    "EXPLAIN SELECT AVG(objects('car')) FROM v ERROR WITHIN {n} ORACLE BUDGET {n}",
+    "SELECT {n} AS {name}", "DROP INDEX IF EXISTS {name}", "DROP INDEX {name}",
+    "DROP ORACLE IF EXISTS {name}", "DROP VIDEO IF EXISTS {name}", "SHOW CLIPS {name}",
+    "SET ORACLE {name} = {name}", "CREATE ORACLE {name} FROM LABELS {s} WITH (cost_ms = {n})",
+    "CREATE INDEX {name} ON {name} USING TASTI WITH (train = {n})", "REFRESH INDEX {name}",
+    "ALTER VIDEO {name} SET START {s} = TIMESTAMP {s}", "ALTER VIDEO v SET PATH {s}",
+    "LOAD VIDEO {s} AS {name}", "SET EXECUTOR = {s}",
+]
+
+
+def _fuzz_value_statements(rng: np.random.Generator, n: int):
+    """Statements with huge, tiny and NaN numbers, and quotes and semicolons in every name
+    and string position."""
+    for _ in range(n):
+        text = FUZZ_TEMPLATES[rng.integers(len(FUZZ_TEMPLATES))]
+        while any(slot in text for slot in ("{n}", "{name}", "{s}")):
+            text = (text.replace("{n}", FUZZ_NUMBERS[rng.integers(len(FUZZ_NUMBERS))], 1)
+                    .replace("{name}", FUZZ_NAMES[rng.integers(len(FUZZ_NAMES))], 1)
+                    .replace("{s}", FUZZ_STRINGS[rng.integers(len(FUZZ_STRINGS))], 1))
+        yield text
+
+
+def test_fuzz_values_run_into_vidql_or_duckdb_errors_only(traffic_con):
+    """Run value-mutated statements on a database: each runs, or raises a VidqlError or
+    DuckDB's own error; none raises anything else, and no name or string becomes SQL (no
+    table pwned, v intact)."""
+    from vidql.base.errors import VidqlError
+
+    db = traffic_con
+    rng = np.random.default_rng(30)
+    counts = {"ok": 0, "error": 0}
+    for text in _fuzz_value_statements(rng, 400):
+        try:
+            db.sql(text)
+            counts["ok"] += 1
+        except (VidqlError, duckdb.Error):
+            counts["error"] += 1
+        except Exception as exc:  # noqa: BLE001  the point of the test
+            pytest.fail(f"{text!r} raised {type(exc).__name__}: {exc}")
+    tables = {r[0] for r in db.con.execute(
+        "SELECT table_name FROM information_schema.tables").fetchall()}
+    assert "pwned" not in tables and "v" in tables
+    assert counts["ok"] > 20 and counts["error"] > 100, counts

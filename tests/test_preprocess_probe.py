@@ -68,22 +68,90 @@ def test_per_frame_layout_is_int64_arrays_and_old_pickles_still_load(clip):
     assert loaded.pts[0] == MISSING_PTS and loaded.pts[1:].tolist() == info.pts[1:].tolist()
 
 
-def test_an_old_saved_info_is_saved_again_as_arrays(clip, tmp_path):
+def test_an_old_saved_info_is_saved_again_as_data(clip, tmp_path, monkeypatch):
+    """An info.pkl of an older vidql (arrays as tuples) is read through the allow-list
+    without probing the video, and saved anew as .npz + JSON (no pickle left)."""
     import pickle
 
     import numpy as np
 
-    from vidql.preprocess.probe import VideoInfo, load_info
+    import vidql.preprocess.probe as probe
 
     info = probe_video(clip)
-    old = VideoInfo.__new__(VideoInfo)
+    old = probe.VideoInfo.__new__(probe.VideoInfo)
     old.__dict__.update({k: tuple(v.tolist()) if isinstance(v, np.ndarray) else v
                          for k, v in info.__getstate__().items()})
-    saved = tmp_path / "info.pkl"
-    saved.write_bytes(pickle.dumps(old))
-    assert b"numpy" not in saved.read_bytes()  # as vidql wrote it before
-    assert load_info(saved) == info
-    assert b"numpy" in saved.read_bytes() and load_info(saved) == info
+    (tmp_path / "info.pkl").write_bytes(pickle.dumps(old))
+    (tmp_path / "new.pkl").write_bytes(pickle.dumps(info))  # as vidql wrote it last
+    monkeypatch.setattr(probe, "probe_video", lambda path: pytest.fail(f"probed {path}"))
+    assert probe.stored_info(tmp_path, str(clip)) == info
+    assert not (tmp_path / "info.pkl").exists()
+    assert probe.load_info(tmp_path / probe.INFO_FILE) == info
+    (tmp_path / probe.INFO_FILE).unlink()
+    (tmp_path / "new.pkl").rename(tmp_path / "info.pkl")
+    assert probe.stored_info(tmp_path, str(clip)) == info
+
+
+def test_saved_info_is_data_and_reads_back_equal(clip, tmp_path):
+    import zipfile
+
+    from vidql.preprocess.probe import load_info, save_info
+
+    info = probe_video(clip)
+    save_info(info, tmp_path / "info.npz")
+    assert load_info(tmp_path / "info.npz") == info
+    with zipfile.ZipFile(tmp_path / "info.npz") as z:
+        assert sorted(z.namelist()) == ["keyframe_seek_ts.npy", "keyframes.npy", "meta.npy", "pts.npy"]
+
+
+class _Planted:
+    """Unpickling it would run a shell command that creates `marker`."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        import os
+
+        return os.system, (f"touch '{self.marker}'",)
+
+
+@pytest.mark.parametrize("damage", ["planted", "garbage", "other_object", "bad_npz", "bad_json",
+                                    "wrong_field"])
+def test_a_damaged_or_planted_info_is_probed_again_and_runs_nothing(clip, tmp_path, damage):
+    """A pickle that would run code, a damaged pickle or .npz, or one of the wrong shape is
+    never trusted: the video is probed again and the result saved as data."""
+    import json
+    import pickle
+
+    import numpy as np
+
+    from vidql.preprocess.probe import INFO_FILE, load_info, save_info, stored_info
+
+    info = probe_video(clip)
+    marker = tmp_path / "ran"
+    npz = tmp_path / INFO_FILE
+    if damage == "planted":
+        (tmp_path / "info.pkl").write_bytes(pickle.dumps(_Planted(marker)))
+    elif damage == "garbage":
+        (tmp_path / "info.pkl").write_bytes(b"\x80\x04not a pickle")
+    elif damage == "other_object":
+        (tmp_path / "info.pkl").write_bytes(pickle.dumps({"path": str(clip)}))
+    elif damage == "bad_npz":
+        npz.write_bytes(b"PK\x03\x04 truncated")
+    else:
+        meta = {"path": str(clip)} if damage == "bad_json" else None
+        save_info(info, npz)
+        with np.load(npz) as data:
+            arrays = {k: data[k] for k in data.files}
+        if meta is None:
+            meta = json.loads(bytes(arrays["meta"]).decode()) | {"frame_count": "60"}
+        arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
+        with open(npz, "wb") as out:
+            np.savez(out, **arrays)
+    assert stored_info(tmp_path, str(clip)) == info
+    assert not marker.exists()
+    assert load_info(npz) == info and not (tmp_path / "info.pkl").exists()
 
 
 @pytest.mark.shared

@@ -119,3 +119,26 @@ def test_a_held_database_names_the_process_and_the_remedy(traffic_db):
             a.sql("SELECT sum(objects('car')) FROM t")  # labels are needed: it says so
         with pytest.raises(vidql.CatalogError, match="read-only"):
             a.sql("SET ORACLE t = truth")
+
+
+def test_a_piped_session_survives_a_duckdb_error_and_a_bug(traffic_db, monkeypatch):
+    """A statement raising a DuckDB error (LIMIT 1e300 cannot be cast) or any other
+    exception prints a line and the script goes on (it ended the session before)."""
+    import vidql.engine.executor as executor
+
+    out = io.StringIO()
+    script = ("SELECT 1 AS first;\nSELECT frame FROM t WHERE objects('car') >= 1 LIMIT 1e300;\n"
+              "SELECT 40 + 2 AS answer;\nSELECT 'boom' AS bug;\nSELECT 'after' AS last;\n")
+    real = executor.execute_script
+
+    def buggy(db, text, scope=None):
+        if "boom" in text:
+            raise RuntimeError("a bug")
+        return real(db, text, scope)
+
+    monkeypatch.setattr(executor, "execute_script", buggy)
+    assert Shell(str(traffic_db), stdin=io.StringIO(script), stdout=out).run() == 0
+    text = out.getvalue()
+    assert "error: DuckDB: Conversion Error" in text
+    assert "42" in text and "after" in text
+    assert "error: RuntimeError: a bug (unexpected; please report it" in text

@@ -16,6 +16,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from vidql.base.errors import ParameterError
+from vidql.base.ranges import FINITE, WHOLE
+from vidql.engine.sql.sqlnames import sql_name
 
 
 def sql_literal(value) -> str:
@@ -40,19 +42,14 @@ def sql_literal(value) -> str:
 
 
 def _number(name: str, value) -> str:
-    """A numeric argument as a SQL literal, or a ParameterError naming it."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real) \
-            or not math.isfinite(float(value)):
-        raise ParameterError(f"{name} must be a finite number, got {value!r}")
-    return sql_literal(value)
+    """A numeric argument as a SQL literal, or a ParameterError naming it and its range."""
+    return repr(FINITE.check(name, value))
 
 
 def _integer(name: str, value) -> str:
-    """An integer argument (numpy integers and integral floats too) as a SQL literal."""
-    _number(name, value)
-    if float(value) != int(value):
-        raise ParameterError(f"{name} must be a whole number, got {value!r}")
-    return str(int(value))
+    """A count (numpy integers and integral floats too) as a SQL literal, or a
+    ParameterError naming it and its range."""
+    return str(WHOLE.check(name, value))
 
 
 @dataclass(frozen=True)
@@ -150,15 +147,19 @@ class VideoQuery:
 
     def using(self, *, oracle: str | None = None, index: str | None = None,
               seed: int | None = None) -> "VideoQuery":
+        """Name the oracle (USING ORACLE), the index (USING INDEX) or the SEED to use."""
+        for what, name in (("oracle", oracle), ("index", index)):
+            if name is not None and (not isinstance(name, str) or not name):
+                raise ParameterError(f"using({what}=...) takes the {what}'s name, got {name!r}")
         return replace(self, oracle=oracle or self.oracle, index=index or self.index,
                        seed=self.seed if seed is None else seed)
 
     def _tail(self, *clauses: str) -> str:
         parts = [c for c in clauses if c]
         if self.oracle:
-            parts.append(f"USING ORACLE {self.oracle}")
+            parts.append(f"USING ORACLE {sql_name(self.oracle)}")
         if self.index:
-            parts.append(f"USING INDEX {self.index}")
+            parts.append(f"USING INDEX {sql_name(self.index)}")
         if self.seed is not None:
             parts.append(f"SEED {_integer('seed', self.seed)}")
         return " ".join(parts)
@@ -198,7 +199,7 @@ class VideoQuery:
         if budget is not None:
             clauses.append(f"ORACLE BUDGET {_integer('budget', budget)}")
         clauses.append(_confidence(confidence))
-        return f"SELECT {select} FROM {self.video}{self._where()}{group} {self._tail(*clauses)}"
+        return f"SELECT {select} FROM {sql_name(self.video)}{self._where()}{group} {self._tail(*clauses)}"
 
     def aggregate(self, func: str, statistic: Expr | str | None = None, *, error: float | None = None,
                   relative: bool = False, confidence: float | None = None, budget: int | None = None,
@@ -210,7 +211,7 @@ class VideoQuery:
 
     def _limit_sql(self, n, gap=None, budget=None) -> str:
         tail = self._tail(_optional("GAP", "gap", gap), _optional("ORACLE BUDGET", "budget", budget))
-        return f"SELECT clip, frame, ts FROM {self.video}{self._where()} LIMIT {_integer('n', n)} {tail}"
+        return f"SELECT clip, frame, ts FROM {sql_name(self.video)}{self._where()} LIMIT {_integer('n', n)} {tail}"
 
     def limit(self, n: int, *, gap: int | None = None, budget: int | None = None):
         """Up to `n` oracle-confirmed frames matching the predicate, `gap` frames apart."""
@@ -229,7 +230,7 @@ class VideoQuery:
             _optional("ORACLE BUDGET", "budget", budget)
         tail = self._tail(target, _confidence(confidence), spend,
                           "APPROXIMATE" if approximate else "")
-        return f"SELECT clip, frame, ts FROM {self.video}{self._where()} {tail}"
+        return f"SELECT clip, frame, ts FROM {sql_name(self.video)}{self._where()} {tail}"
 
     def select(self, *, recall: float | None = None, precision: float | None = None,
                confidence: float | None = None, budget: int | None = None,
@@ -242,7 +243,7 @@ class VideoQuery:
 
     def _rare_sql(self, budget=None) -> str:
         tail = self._tail("FIND RARE", _optional("ORACLE BUDGET", "budget", budget))
-        return f"SELECT clip, frame, ts FROM {self.video}{self._where()} {tail}"
+        return f"SELECT clip, frame, ts FROM {sql_name(self.video)}{self._where()} {tail}"
 
     def find_rare(self, *, budget: int | None = None):
         """As many distinct frames matching a rare predicate as `budget` labels find."""
@@ -250,7 +251,7 @@ class VideoQuery:
 
     def _exact_sql(self, *columns) -> str:
         cols = ", ".join(str(c) for c in columns) or "clip, frame, ts"
-        return f"SELECT {cols} FROM {self.video}{self._where()} {self._tail()}".rstrip()
+        return f"SELECT {cols} FROM {sql_name(self.video)}{self._where()} {self._tail()}".rstrip()
 
     def exact(self, *columns: Expr | str):
         """Run exactly (every needed frame through the oracle) and return the rows."""

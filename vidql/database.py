@@ -10,7 +10,8 @@ import pandas as pd
 
 from vidql.engine.catalog.catalog import Catalog
 from vidql.engine.catalog.indexstore import IndexStore
-from vidql.base.errors import CatalogError, ParameterError, VidqlError
+from vidql.base.errors import CatalogError, OracleError, ParameterError, VideoError, VidqlError
+from vidql.engine.sql.sqlnames import ORACLE_KINDS
 from vidql.engine.labels.cache import LabelCache
 
 
@@ -150,7 +151,13 @@ class Database:
     def set_video_path(self, name: str, path: str | Path, clip: str | None = None) -> dict:
         """ALTER VIDEO name SET PATH: point a video (or its clip `clip`) at its moved or
         copied file (same content); labels and indexes stay. Other content raises VideoError."""
-        return self.catalog.set_video_path(name, path, clip)
+        try:
+            return self.catalog.set_video_path(name, path, clip)
+        except VidqlError:
+            raise
+        except OSError as exc:  # e.g. /proc/self/mem: a name that is no readable file
+            raise VideoError(path, f"cannot read it ({exc.strerror or exc}); give the path of "
+                                   f"the moved video file") from None
 
     def videos(self) -> pd.DataFrame:
         return self.catalog.videos()
@@ -159,6 +166,13 @@ class Database:
                       **options):
         """CREATE [OR REPLACE] ORACLE: the oracle's identity (the digest of its source files
         and its options) is fixed here; `replace=True` adopts a new version of `name`."""
+        for what, value in (("name", name), ("kind", kind)):
+            if not isinstance(value, str):
+                raise OracleError(f"create_oracle takes the oracle's {what} as a string, got "
+                                  f"{value!r}; kinds: {', '.join(ORACLE_KINDS)}")
+        if not isinstance(source, (str, Path)):
+            raise OracleError(f"create_oracle takes the oracle's source as a path or string, "
+                              f"got {source!r}")
         return self.catalog.add_oracle(name, kind, str(source), options, replace=replace)
 
     def drop_oracle(self, name: str, *, if_exists: bool = False) -> int:

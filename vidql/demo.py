@@ -10,6 +10,7 @@ import pandas as pd
 
 import vidql
 from vidql.display import print_result
+from vidql.engine.sql.sqlnames import sql_name
 from vidql.showcase import run_showcase, showcase_queries
 
 DEMO_SEED = 1  # its first bus episode falls inside the default 4000 frames
@@ -26,7 +27,7 @@ def run_demo(db_path: str | None, cache_dir: Path, n_frames: int = 4000) -> int:
         statements = [f"LOAD VIDEO '{video}' AS traffic"]
         for name, options in (("truth", " WITH (cost_ms = 40)"), ("reference", "")):
             if name not in db.catalog.oracle_names():
-                statements.append(f"CREATE ORACLE {name} FROM LABELS '{labels}'{options}")
+                statements.append(f"CREATE ORACLE {sql_name(name)} FROM LABELS '{labels}'{options}")
         setup = "; ".join(statements + ["SET ORACLE traffic = truth"])
         print(f"\n> {setup}")
         db.sql(setup)

@@ -128,3 +128,13 @@ class Shell:
             print(f"error: {exc}", file=self.stdout)
         except KeyboardInterrupt:
             print("interrupted; finished oracle batches are cached", file=self.stdout)
+        except Exception as exc:  # DuckDB's own errors, or a bug: the session goes on
+            print(f"error: {unexpected_error(exc)}", file=self.stdout)
+
+
+def unexpected_error(exc: Exception) -> str:
+    """A line for an error that is no VidqlError: DuckDB's words, or the exception's with a
+    request to report it."""
+    if type(exc).__module__.split(".")[0] in ("duckdb", "_duckdb"):
+        return f"DuckDB: {exc}"
+    return f"{type(exc).__name__}: {exc} (unexpected; please report it with the statement)"

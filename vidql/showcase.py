@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from vidql.engine.sql.sqlnames import sql_name
+
 
 @dataclass(frozen=True)
 class ShowcaseQuery:
@@ -22,33 +24,34 @@ def showcase_queries(table: str, count_label: str, rare_label: str, n_frames: in
     rare = f"contains('{rare_label}')"
     budget = max(100, n_frames // 10)
     tail = f"SEED {seed}"
+    source = sql_name(table)
     return [
         ShowcaseQuery("aggregate, error bound",
-                      f"SELECT AVG({count}) FROM {table} ERROR WITHIN 10% CONFIDENCE 95% {tail}",
-                      f"SELECT AVG({count}) FROM {table}"),
+                      f"SELECT AVG({count}) FROM {source} ERROR WITHIN 10% CONFIDENCE 95% {tail}",
+                      f"SELECT AVG({count}) FROM {source}"),
         ShowcaseQuery("count with predicate, relative error",
-                      f"SELECT COUNT(*) FROM {table} WHERE {count} >= {many} "
+                      f"SELECT COUNT(*) FROM {source} WHERE {count} >= {many} "
                       f"ERROR WITHIN 10% CONFIDENCE 95% {tail}",
-                      f"SELECT COUNT(*) FROM {table} WHERE {count} >= {many}"),
+                      f"SELECT COUNT(*) FROM {source} WHERE {count} >= {many}"),
         ShowcaseQuery("aggregate under a budget",
-                      f"SELECT AVG({count}) FROM {table} WHERE {rare} ORACLE BUDGET {budget} {tail}",
-                      f"SELECT AVG({count}) FROM {table} WHERE {rare}"),
+                      f"SELECT AVG({count}) FROM {source} WHERE {rare} ORACLE BUDGET {budget} {tail}",
+                      f"SELECT AVG({count}) FROM {source} WHERE {rare}"),
         ShowcaseQuery("LIMIT ranked by proxy",
-                      f"SELECT frame FROM {table} WHERE {count} >= {many} LIMIT 5 "
+                      f"SELECT frame FROM {source} WHERE {count} >= {many} LIMIT 5 "
                       f"GAP {max(1, n_frames // 40)} {tail}",
-                      f"SELECT frame FROM {table} WHERE {count} >= {many}"),
+                      f"SELECT frame FROM {source} WHERE {count} >= {many}"),
         ShowcaseQuery("selection, recall target",
-                      f"SELECT frame FROM {table} WHERE {rare} RECALL TARGET 90% CONFIDENCE 95% "
+                      f"SELECT frame FROM {source} WHERE {rare} RECALL TARGET 90% CONFIDENCE 95% "
                       f"ORACLE BUDGET {budget} {tail}",
-                      f"SELECT frame FROM {table} WHERE {rare}"),
+                      f"SELECT frame FROM {source} WHERE {rare}"),
         ShowcaseQuery("selection, precision target",
-                      f"SELECT frame FROM {table} WHERE {rare} PRECISION TARGET 90% CONFIDENCE 95% "
+                      f"SELECT frame FROM {source} WHERE {rare} PRECISION TARGET 90% CONFIDENCE 95% "
                       f"ORACLE BUDGET {budget} {tail}",
-                      f"SELECT frame FROM {table} WHERE {rare}"),
+                      f"SELECT frame FROM {source} WHERE {rare}"),
         ShowcaseQuery("rare events",
-                      f"SELECT frame FROM {table} WHERE {rare} FIND RARE "
+                      f"SELECT frame FROM {source} WHERE {rare} FIND RARE "
                       f"ORACLE BUDGET {max(50, n_frames // 20)} {tail}",
-                      f"SELECT frame FROM {table} WHERE {rare}"),
+                      f"SELECT frame FROM {source} WHERE {rare}"),
     ]
 
 
@@ -82,7 +85,7 @@ def run_showcase(db, queries: list[ShowcaseQuery], exact_oracle: str, show=None)
         approx, report = result.df(), result.report
         if show is not None:
             show(q, approx, report)
-        exact = db.sql(f"{q.exact} USING ORACLE {exact_oracle}").df()
+        exact = db.sql(f"{q.exact} USING ORACLE {sql_name(exact_oracle)}").df()
         rows.append({"query": q.kind, **score(approx, exact),
                      "labels_used": report.oracle_calls + report.cache_hits,
                      "new_oracle_calls": report.oracle_calls,

@@ -7,7 +7,6 @@ statement leaves the catalog as it was.
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 from contextlib import closing, contextmanager
 import os
@@ -329,9 +328,9 @@ class Catalog:
         staging = final.with_name(final.name + ".loading")
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)
-        from vidql.preprocess.probe import save_info
+        from vidql.preprocess.probe import INFO_FILE, save_info
 
-        save_info(info, staging / "info.pkl")
+        save_info(info, staging / INFO_FILE)
         from vidql.preprocess.readcost import measure_decode, save_timing
 
         save_timing(measure_decode(info), staging / DECODE_TIMING)
@@ -531,16 +530,9 @@ class Catalog:
     @staticmethod
     def _stored_info(directory: Path, path: str):
         """The saved probe result (re-probed and saved again when the artifacts are gone)."""
-        from vidql.preprocess.probe import load_info, probe_video, save_info
+        from vidql.preprocess.probe import stored_info
 
-        saved = directory / "info.pkl"
-        if saved.is_file():
-            info = load_info(saved)
-            return info if info.path == path else dataclasses.replace(info, path=path)
-        info = probe_video(path)
-        saved.parent.mkdir(parents=True, exist_ok=True)
-        save_info(info, saved)
-        return info
+        return stored_info(directory, path)
 
     def _clip_ordinal(self, name: str, clip: str | None, statement: str) -> tuple[int, str]:
         """(ordinal, name) of a clip named in an ALTER VIDEO statement (None: the only clip)."""
@@ -580,9 +572,9 @@ class Catalog:
         self.run_atomically(statements)
         self._infos.pop((name, ordinal), None)
         self._checked.pop((name, ordinal), None)
-        from vidql.preprocess.probe import save_info
+        from vidql.preprocess.probe import INFO_FILE, save_info
 
-        save_info(self.clip_info(name, ordinal), self.clip_dir(name, ordinal) / "info.pkl")
+        save_info(self.clip_info(name, ordinal), self.clip_dir(name, ordinal) / INFO_FILE)
         return self.video_row(name)
 
     def set_clip_start(self, name: str, clip: str, start) -> pd.DataFrame:

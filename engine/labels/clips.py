@@ -8,6 +8,7 @@ positions never change; the label cache, the index and the operators all use the
 from __future__ import annotations
 
 import glob
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +21,8 @@ from vidql.base.errors import VideoError
 VIDEO_SUFFIXES = (".mp4", ".avi", ".mkv", ".mov", ".webm", ".m4v", ".mpg", ".mpeg", ".ts",
                   ".y4m", ".h264", ".hevc")
 GLOB_CHARS = re.compile(r"[*?\[]")
+MAX_GLOB_ENTRIES = 100_000  # a `**` pattern walks at most this many files and folders
+_GLOB_TOKENS = re.compile(r"(\*\*/|\*\*|\*|\?|\[!?\]?[^\]]*\])")
 
 
 def video_paths(source) -> list[Path]:
@@ -31,8 +34,9 @@ def video_paths(source) -> list[Path]:
         return [Path(p).expanduser().resolve() for p in source]
     text = str(source)
     if GLOB_CHARS.search(text):
-        found = sorted(Path(p).resolve() for p in glob.glob(str(Path(text).expanduser()),
-                                                            recursive=True) if Path(p).is_file())
+        pattern = os.path.abspath(Path(text).expanduser())
+        matches = _walk_matches(pattern, text) if "**" in pattern else glob.glob(pattern)
+        found = sorted({Path(p).resolve() for p in matches if Path(p).is_file()})
         if not found:
             raise VideoError(text, "the pattern matches no file")
         return found
@@ -44,6 +48,40 @@ def video_paths(source) -> list[Path]:
             raise VideoError(path, f"the folder holds no video file ({', '.join(VIDEO_SUFFIXES)})")
         return found
     return [path]
+
+
+def _walk_matches(pattern: str, text: str) -> list[str]:
+    """The files under a `**` pattern's fixed leading folder that match it. Each folder is
+    entered once (by its real path), so a symlink loop ends; more than MAX_GLOB_ENTRIES
+    entries is a VideoError."""
+    parts = Path(pattern).parts
+    fixed = next(i for i, part in enumerate(parts) if GLOB_CHARS.search(part))
+    root, regex = os.path.join(*parts[:fixed]), _glob_regex(pattern)
+    seen, entries, found = set(), 0, []
+    for folder, dirs, files in os.walk(root, followlinks=True):
+        seen.add(os.path.realpath(folder))
+        dirs[:] = [d for d in dirs if os.path.realpath(os.path.join(folder, d)) not in seen]
+        entries += len(dirs) + len(files)
+        if entries > MAX_GLOB_ENTRIES:
+            raise VideoError(text, f"the pattern walks more than {MAX_GLOB_ENTRIES} files and "
+                                   f"folders under '{root}'; name a narrower folder or pattern")
+        found += [p for p in (os.path.join(folder, f) for f in files) if regex.fullmatch(p)]
+    return found
+
+
+def _glob_regex(pattern: str) -> re.Pattern:
+    """A glob pattern as a regular expression: `**/` any folders (or none), `**` and `*`
+    within the path's rules, `?` one character, `[...]` a class."""
+    pieces = {"**/": "(?:.*/)?", "**": ".*", "*": "[^/]*", "?": "[^/]"}
+    out = []
+    for token in _GLOB_TOKENS.split(pattern):
+        if token in pieces:
+            out.append(pieces[token])
+        elif token.startswith("[") and token.endswith("]") and len(token) > 2:
+            out.append("[" + ("^" + token[2:-1] if token[1] == "!" else token[1:-1]) + "]")
+        else:
+            out.append(re.escape(token))
+    return re.compile("".join(out))
 
 
 def clip_names(paths: list[Path], taken: set[str] = frozenset()) -> list[str]:

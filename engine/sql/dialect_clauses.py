@@ -191,8 +191,8 @@ def _count_reader(name: str, bounds: Bounds, what: str):
         if not num.text.lstrip("+- ").replace("_", "").isdigit():
             raise c.error(f"{name} {num.text} is not a whole number", hint, num.start)
         if value not in bounds:
-            raise c.error(f"{name} {num.text} is below {bounds.low:g}: {name} takes {bounds}",
-                          hint, num.start)
+            side = f"below {bounds.low:g}" if value < bounds.low else f"above {bounds.high}"
+            raise c.error(f"{name} {num.text} is {side}: {name} takes {bounds}", hint, num.start)
         return int(num.text.replace("_", "").replace(" ", ""))
     return read
 

@@ -81,14 +81,30 @@ def tokenize(text: str, query: str | None = None, offset: int = 0) -> list[Token
     return tokens
 
 
+MAX_NAME_CHARS = 255  # the longest name (bare or quoted) a statement may hold
+
+
 def check_lexical(text: str, tokens: list[Token]) -> None:
-    """Raise QueryError at the first unterminated string, quoted name or block comment."""
+    """Raise QueryError at the first unterminated string, quoted name or block comment, or
+    at a name longer than MAX_NAME_CHARS (checked before DuckDB parses: its suggestions
+    for an unknown 100,000-character name took seconds)."""
     for tok in tokens:
         problem = _unterminated(tok)
         if problem:
             raise QueryError(f"unterminated {problem}", text, tok.start,
                              hint="close it with the matching quote" if problem != "comment"
                              else "close it with */")
+        if _name_chars(tok) > MAX_NAME_CHARS:
+            raise QueryError(f"a name of {_name_chars(tok)} characters; names are at most "
+                             f"{MAX_NAME_CHARS} characters long", text, tok.start,
+                             hint="use a shorter name")
+
+
+def _name_chars(tok: Token) -> int:
+    """The length of the name a token writes (quotes not counted); 0 for other tokens."""
+    if tok.kind not in ("identifier", "keyword"):
+        return 0
+    return len(tok.text) - 2 if tok.text.startswith('"') else len(tok.text)
 
 
 def _unterminated(tok: Token) -> str | None:
