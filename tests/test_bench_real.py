@@ -1,0 +1,29 @@
+"""The `real` bench scenario end to end at its tiny size: the detector on an HD long-GOP clip
+made from a shared real clip, every approximate kind beside the exact scan."""
+from __future__ import annotations
+
+import pytest
+
+from conftest import shared_path
+from vidql.bench.registry import BenchContext
+from vidql.bench.scenarios_real import real
+from vidql.preprocess.probe import probe_video
+
+pytestmark = [pytest.mark.slow, pytest.mark.shared]
+
+
+def test_real_scenario_measures_every_kind_beside_the_scan(tmp_path):
+    shared = shared_path("models").parent
+    ctx = BenchContext(out_dir=tmp_path / "out", quick=True, tiny=True, shared_dir=shared,
+                       cache_dir=tmp_path / "cache")
+    result = real(ctx)
+    kinds = [r["kind"] for r in result.table]
+    assert kinds == ["exact scan", "ERROR WITHIN", "ORACLE BUDGET 5%", "LIMIT", "RECALL TARGET", "FIND RARE"]
+    [hd] = list((tmp_path / "cache").glob("*gop120*.mp4"))
+    info = probe_video(hd)
+    assert list(info.keyframes) == [0] and info.frame_count == 60  # one 120-frame GOP
+    for row in result.table:
+        assert row["seconds"] > 0 and row["physical_limit"] > 0 and row["explain_seconds"] > 0
+    scan = result.table[0]
+    assert scan["oracle_calls"] == scan["explain_calls"]  # the scan's forecast is exact
+    assert result.plots and (tmp_path / "out" / "real.png").exists()
