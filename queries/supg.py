@@ -30,11 +30,17 @@ from .validation import (check_confidence, check_fraction, check_int, check_scor
 MIN_BUDGET = MIN_SUPG_BUDGET
 
 
+ROUNDING = 1e-9  # a probability proxy may leave [0, 1] by this much through float rounding
+
+
 def sampling_distribution(proxy: np.ndarray, uniform_mix: float = 0.1) -> np.ndarray:
     """q proportional to sqrt(score) mixed with `uniform_mix` uniform, on a copy of the
-    scores: proxies outside [0, 1] are rank-normalised first."""
+    scores: a probability that rounding took just outside [0, 1] is clipped into it; other
+    proxies outside [0, 1] are rank-normalised first."""
     scores = np.array(proxy, dtype=np.float64)
-    if scores.min() < 0.0 or scores.max() > 1.0:
+    if -ROUNDING <= scores.min() and scores.max() <= 1.0 + ROUNDING:
+        scores = np.clip(scores, 0.0, 1.0)
+    else:
         from scipy import stats  # 0.4-0.5 s to import: only the queries that need it load it
 
         scores = stats.rankdata(scores) / scores.size

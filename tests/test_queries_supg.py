@@ -212,3 +212,15 @@ def test_parameter_errors(kwargs, message):
     for op in (recall_binomial, recall_normal, supg_precision):
         with pytest.raises(ParameterError, match=message):
             op(np.linspace(0, 1, 100), lambda f: np.zeros(f.size, bool), **kwargs)
+
+
+def test_a_probability_rounded_past_one_keeps_its_importance_weights():
+    """A predicate proxy that float rounding takes 2e-16 above 1 (as the index's can) is
+    clipped, not rank-normalised: its sampling weights keep their spread (issue 33, item 3)."""
+    proxy = np.r_[np.full(90, 0.01), np.full(10, 1.0)]
+    rounded = proxy.copy()
+    rounded[-1] += 2e-16
+    assert rounded.max() > 1.0
+    q, q_rounded = sampling_distribution(proxy), sampling_distribution(rounded)
+    assert np.allclose(q, q_rounded)
+    assert q_rounded.max() / q_rounded.min() > 5  # rank normalisation left about 1.4
