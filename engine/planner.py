@@ -491,6 +491,9 @@ def _shortfall(result, cap: str, bound: str) -> str | None:
     if np.isnan(result.estimate):
         return (f"the {cap} oracle calls ran out with no sampled frame satisfying the "
                 "predicate: the estimate is NULL; raise the ORACLE BUDGET")
+    if "unbounded" in result.details:
+        return (f"the {cap} oracle calls ran out with {result.details['unbounded']}: the "
+                "interval is unbounded; raise the ORACLE BUDGET")
     return (f"the {cap} oracle calls ran out before the interval was within {bound}: it "
             f"holds at {percent(result.confidence)} but is wider than asked")
 

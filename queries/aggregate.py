@@ -354,7 +354,13 @@ def aggregate_ratio_error_bound(n: int, true_values: Callable, *, error: float,
                 value_range or mean_b * t >= MIN_SAMPLES_WITHOUT_RANGE - 0.5):
             details["met"] = True
             break
-    details["positives_sampled"] = int(round(moments.mean[1] * moments.count))
+    details["positives_sampled"] = positives = int(round(moments.mean[1] * moments.count))
+    if not value_range and positives < MIN_SAMPLES_WITHOUT_RANGE:
+        # a cap stopped the sample before the range read off its predicate frames can be
+        # trusted (one or two positives give a point): no bound holds without a range
+        low, high = -math.inf, math.inf
+        details["unbounded"] = (f"{positives} sampled frames satisfy the predicate, fewer than "
+                                f"the {MIN_SAMPLES_WITHOUT_RANGE} a range read off the sample needs")
     return AggregateResult(float(estimate), float(low), float(high), confidence,
                            sampler.oracle.calls, sampler.frames, False, "ratio", error_kind,
                            details)
