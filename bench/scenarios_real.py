@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import shutil
 import time
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -47,13 +48,15 @@ def hd_long_gop(source: Path, cache: Path, frames: int, size: tuple[int, int]) -
     cache.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".part.mp4")
     with FrameReader(source) as reader, av.open(str(tmp), "w") as container:
-        stream = container.add_stream("libx264", rate=round(reader.info.fps) or 25)
+        rate = round(reader.info.fps) or 25
+        stream = container.add_stream("libx264", rate=rate)
         stream.width, stream.height, stream.pix_fmt = size[0], size[1], "yuv420p"
         stream.options = {"preset": "veryfast", "crf": "20",
                           "x264-params": f"keyint={HD_GOP}:min-keyint={HD_GOP}:scenecut=0:bframes=2"}
-        for _, frame in reader.iter_range(0, min(frames, reader.info.frame_count)):
+        for i, frame in reader.iter_range(0, min(frames, reader.info.frame_count)):
             big = frame.reformat(width=size[0], height=size[1], format="yuv420p")
             big.pict_type = PictureType.NONE  # the encoder places keyframes, not the source's
+            big.pts, big.time_base = i, Fraction(1, rate)  # evenly, whatever the source's were
             container.mux(stream.encode(big))
         container.mux(stream.encode())
     tmp.rename(out)
