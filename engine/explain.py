@@ -1,9 +1,12 @@
 """EXPLAIN: a query's plan and its estimated oracle calls and seconds, without calling the
 oracle. ERROR WITHIN and LIMIT are estimated by a dry run of the operator itself on stand-in
-values (StandIn); budgeted kinds by their budget less what is labelled already."""
+values (StandIn); budgeted kinds by their budget less what is labelled already. Seconds are
+the oracle's plus decoding's: each labelling call decodes its frames' GOPs from their
+keyframes (engine/pricing.py), so a dry run's rounds are priced one by one."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import numpy as np
 import pandas as pd
@@ -29,11 +32,12 @@ def explain(db, q: Query) -> Result:
         report = b.report(OPERATORS[q.kind])
         ms, how = oracle_ms(db.catalog, b.cache, uniform_draw(b.population, b.cache.labelled_frames,
                                                               TIMING_FRAMES))
-        calls, frames = _estimate_approximate(b, q, report)
-        if frames is None:  # a budgeted kind: its draws priced as a uniform sample
-            frames = uniform_draw(b.population, b.cache.labelled_frames, calls)
+        calls, batches = _estimate_approximate(b, q, report)
+        if batches is None:  # a budgeted kind: its draws priced as one uniform sample
+            batches = [uniform_draw(b.population, b.cache.labelled_frames, calls)]
         fresh = b.population[~np.isin(b.population, b.cache.labelled_frames)]
-        plan = price(db.catalog, b.video, b.cache, frames, ms)
+        plan = functools.reduce(Price.plus, (price(db.catalog, b.video, b.cache, frames, ms)
+                                             for frames in batches), Price(0, 0.0, 0.0, 0))
         plan = dataclasses.replace(plan, calls=int(calls),
                                    oracle_seconds=None if ms is None else calls * ms / 1000)
         scan = price(db.catalog, b.video, b.cache, fresh, ms)
@@ -111,10 +115,11 @@ def _estimate_exact(db, q: Query, report: Report) -> Price:
     return total
 
 
-def _estimate_approximate(b: Binding, q: Query, report: Report) -> tuple[int, np.ndarray | None]:
-    """(oracle calls the query will make, the frames it labels where a dry run knows them):
-    the budget for budgeted kinds; for ERROR WITHIN and LIMIT, a dry run of the operator
-    itself on stand-in values (no oracle call)."""
+def _estimate_approximate(b: Binding, q: Query, report: Report
+                          ) -> tuple[int, list[np.ndarray] | None]:
+    """(oracle calls the query will make, the frames each of its labelling calls labels,
+    where a dry run knows them): the budget for budgeted kinds; for ERROR WITHIN and LIMIT,
+    a dry run of the operator itself on stand-in values (no oracle call)."""
     c = q.clauses
     if q.kind in ("select_recall", "select_precision"):  # frames already labelled are free
         calls = _estimate_selection(b.proxy(predicate_expr(q)), q, report)
@@ -177,6 +182,7 @@ class StandIn:
         self.b, self.make, self.note = b, make, note
         self.cached = np.isin(b.population, b.cache.labelled_frames)
         self.asked = np.zeros(b.n, dtype=bool)  # positions a dry run labelled
+        self.calls: list[np.ndarray] = []  # frames each of its lookups labelled anew
 
     @staticmethod
     def cached_share(b: Binding) -> float:
@@ -206,15 +212,17 @@ class StandIn:
 
         def lookup(positions):
             positions = np.asarray(positions, dtype=np.int64)
+            new = positions[~self.asked[positions] & ~self.cached[positions]]
+            if new.size:  # the query labels (and decodes) these in one call
+                self.calls.append(self.b.population[np.unique(new)])
             self.asked[positions] = True
             return tuple(v[positions] for v in values)
 
         return lookup
 
-    def new_frames(self) -> tuple[int, np.ndarray]:
-        """(oracle calls of the dry run, the frames it labelled that are not labelled yet)."""
-        frames = self.b.population[self.asked & ~self.cached]
-        return int(frames.size), frames
+    def new_frames(self) -> tuple[int, list[np.ndarray]]:
+        """(oracle calls of the dry run, the frames each of its labelling calls labelled)."""
+        return int((self.asked & ~self.cached).sum()), self.calls
 
 
 def _proxy_plus_error(b: Binding, expr: FrameExpr, pick: np.ndarray) -> np.ndarray:

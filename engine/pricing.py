@@ -69,7 +69,8 @@ def decode_seconds(catalog, video: str, cache: LabelCache, frames: np.ndarray) -
 
 
 def price(catalog, video: str, cache: LabelCache, frames: np.ndarray, ms: float | None) -> Price:
-    """The price of labelling the global positions `frames` (all of them new)."""
+    """The price of labelling the global positions `frames` (all of them new) in one
+    labelling call, which decodes them in file order."""
     seconds, decoded = decode_seconds(catalog, video, cache, frames)
     oracle = None if ms is None else len(frames) * ms / 1000
     return Price(int(len(frames)), oracle, seconds, decoded)

@@ -186,3 +186,16 @@ def test_explain_prices_decoding_beside_the_exact_scan(long_gop):
     assert exact["estimated_decode_seconds"] == pytest.approx(cost.decoded_in_order(fresh)
                                                               * cost.seconds_per_frame)
     assert sum(oracle.CALLS) == 2  # a timed oracle is not called again
+
+
+def test_explain_prices_each_labelling_call_of_a_dry_run(long_gop):
+    """An ERROR WITHIN query labels in rounds, and each round decodes its frames' GOPs from
+    their keyframes again: the dry run prices every round, so two 120-frame GOPs sampled
+    over several rounds cost more than one pass over them."""
+    db, _ = long_gop
+    [cost] = db.catalog.read_costs("g")
+    db.sql("SELECT count(*) FROM g WHERE frame < 30 AND objects('car') >= 0")  # a basis
+    plan = db.sql("EXPLAIN SELECT AVG(objects('car')) FROM g ERROR WITHIN 0.3 SEED 1").df().iloc[0]
+    assert "dry run" in plan["note"]
+    assert plan["estimated_oracle_calls"] > 20
+    assert plan["estimated_decode_seconds"] > 1.5 * 240 * cost.seconds_per_frame
