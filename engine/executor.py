@@ -8,7 +8,7 @@ import duckdb
 import pandas as pd
 
 from vidql.engine.sql.dialect import (AlterVideoPath, AlterVideoStart, CreateIndex, CreateOracle, DropIndex,
-                      DropOracle, DropVideo, LoadVideo, PlainSQL, Query, RefreshIndex, SetExecutor,
+                      DropOracle, DropVideo, LoadVideo, PlainSQL, Query, RefreshIndex, SetExecutor, SetSampling,
                       SetOracle, ShowClips, ShowIndexes, ShowOracles, ShowVideos, describe,
                       parse_script)
 from vidql.engine.sql.dialect_lex import tokenize
@@ -150,6 +150,11 @@ def _set_executor(db, stmt: SetExecutor) -> Result:
     return _message(db, f"executor is {stmt.executor}")
 
 
+def _set_sampling(db, stmt: SetSampling) -> Result:
+    db.sampling = stmt.mode
+    return _message(db, f"sampling is {stmt.mode}")
+
+
 def _create_index(db, stmt: CreateIndex) -> Result:
     index = db.create_index(stmt.name, stmt.video, **stmt.options)
     used, new = index.stats["oracle_calls"], index.stats["newly_labelled"]
@@ -190,6 +195,7 @@ _HANDLERS = {
     DropOracle: _drop_oracle,
     SetOracle: _set_oracle,
     SetExecutor: _set_executor,
+    SetSampling: _set_sampling,
     ShowOracles: lambda db, stmt: _frame(db, db.oracles()),
     CreateIndex: _create_index,
     RefreshIndex: _refresh_index,
@@ -221,12 +227,15 @@ def run_query(db, q: Query) -> Result | None:
     """Run a query (exact, approximate or EXPLAIN); the Result carries its report."""
     from vidql.engine.explain import explain
     from vidql.engine.planner import run_approximate
+    from vidql.engine.scan_choice import as_aggregate, scan_is_cheaper
 
     with db.catalog.statement():
         if q.explain:
             result = explain(db, q)
         elif q.kind == "exact":
             result = _exact(db, q)
+        elif why := scan_is_cheaper(db, q):
+            result = as_aggregate(db, _exact(db, q), q, why)
         else:
             result = run_approximate(db, q)
     db.last_report = None if result is None else result.report

@@ -28,22 +28,7 @@ def explain(db, q: Query) -> Result:
         report = Report(operator="exact")
         plan = scan = _estimate_exact(db, q, report)
     else:
-        b = Binding(db, q)
-        report = b.report(OPERATORS[q.kind])
-        ms, how = oracle_ms(db.catalog, b.cache, uniform_draw(b.population, b.cache.labelled_frames,
-                                                              TIMING_FRAMES))
-        calls, batches = _estimate_approximate(b, q, report)
-        if batches is None:  # a budgeted kind: its draws priced as one uniform sample
-            batches = [uniform_draw(b.population, b.cache.labelled_frames, calls)]
-        fresh = b.population[~np.isin(b.population, b.cache.labelled_frames)]
-        plan = functools.reduce(Price.plus, (price(db.catalog, b.video, b.cache, frames, ms)
-                                             for frames in batches), Price(0, 0.0, 0.0, 0))
-        plan = dataclasses.replace(plan, calls=int(calls),
-                                   oracle_seconds=None if ms is None else calls * ms / 1000)
-        scan = price(db.catalog, b.video, b.cache, fresh, ms)
-        report.simulated_cost_ms = b.cache.oracle.simulated_cost_ms
-        if how:
-            report.details["seconds"] = how
+        report, plan, scan = estimate_approximate(db, q)
     report.estimated_calls = plan.calls
     report.estimated_seconds = plan.seconds
     row = {"operator": report.operator, "video": report.video, "oracle": report.oracle,
@@ -55,6 +40,27 @@ def explain(db, q: Query) -> Result:
                                            report.details.get("label_note"),
                                            report.details.get("index_note")]))}
     return Result.of(db.catalog.con, pd.DataFrame([row]), report)
+
+
+def estimate_approximate(db, q: Query, b: Binding | None = None) -> tuple[Report, Price, Price]:
+    """(the plan's report, its price, the exact scan's price) of an approximate query (bound
+    by `b`, else bound here)."""
+    b = b or Binding(db, q)
+    report = b.report(OPERATORS[q.kind])
+    ms, how = oracle_ms(db.catalog, b.cache, uniform_draw(b.population, b.cache.labelled_frames,
+                                                          TIMING_FRAMES))
+    calls, batches = _estimate_approximate(b, q, report)
+    if batches is None:  # a budgeted kind: its draws priced as one uniform sample
+        batches = [uniform_draw(b.population, b.cache.labelled_frames, calls)]
+    fresh = b.population[~np.isin(b.population, b.cache.labelled_frames)]
+    plan = functools.reduce(Price.plus, (price(db.catalog, b.video, b.cache, frames, ms)
+                                         for frames in batches), Price(0, 0.0, 0.0, 0))
+    plan = dataclasses.replace(plan, calls=int(calls),
+                               oracle_seconds=None if ms is None else calls * ms / 1000)
+    report.simulated_cost_ms = b.cache.oracle.simulated_cost_ms
+    if how:
+        report.details["seconds"] = how
+    return report, plan, price(db.catalog, b.video, b.cache, fresh, ms)
 
 
 def _estimate_selection(proxy: np.ndarray, q: Query, report: Report) -> int:

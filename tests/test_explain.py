@@ -199,3 +199,28 @@ def test_explain_prices_each_labelling_call_of_a_dry_run(long_gop):
     assert "dry run" in plan["note"]
     assert plan["estimated_oracle_calls"] > 20
     assert plan["estimated_decode_seconds"] > 1.5 * 240 * cost.seconds_per_frame
+
+
+def test_the_planner_scans_where_the_scan_is_priced_cheaper(long_gop):
+    """Two 120-frame GOPs and a cheap oracle: an ERROR WITHIN query that would decode the
+    GOPs again in every round is answered by the exact scan (exact, and the report says
+    why); `SET SAMPLING = 'always'` samples; a budget of a few labels samples too."""
+    db, _ = long_gop
+    db.sql("SELECT count(*) FROM g WHERE frame < 30 AND objects('car') >= 0")  # times the oracle
+    truth = db.sql("SELECT avg(objects('car')) FROM g").fetchone()[0]
+    db.sql("DROP VIDEO g")  # and its labels: load it again
+    db.sql(f"LOAD VIDEO '{db.catalog.artifacts.parent / 'gop120.mp4'}' AS g; SET ORACLE g = bright")
+    db.sql("SELECT count(*) FROM g WHERE frame < 30 AND objects('car') >= 0")
+    sql = "SELECT AVG(objects('car')) FROM g ERROR WITHIN 0.3 SEED 1"
+    plan = db.sql("EXPLAIN " + sql).df().iloc[0]
+    assert plan["exact_scan_seconds"] < plan["estimated_seconds"]
+    scanned = db.sql(sql)
+    assert scanned.report.operator.startswith("exact scan") and scanned.report.guarantee == "exact"
+    assert "priced below sampling" in scanned.report.summary()
+    row = scanned.df().iloc[0]
+    assert row["estimate"] == row["ci_low"] == row["ci_high"] == pytest.approx(truth)
+    db.sql("SET SAMPLING = 'always'")
+    assert db.sql(sql.replace("SEED 1", "SEED 2")).report.operator.startswith("aggregate")
+    db.sql("SET SAMPLING = 'cheaper'")
+    budget = db.sql("SELECT AVG(objects('car')) FROM g ORACLE BUDGET 12 SEED 3")
+    assert not budget.report.operator.startswith("exact scan")

@@ -68,6 +68,7 @@ class Database:
         self.progress = progress
         self.last_report = None  # the report of the last query run through sql()
         self.executor = "local"
+        self.sampling = "cheaper"  # SET SAMPLING: scan exactly where that is priced cheaper
         try:
             self.set_executor(executor, workers)
             if not self.read_only:

@@ -40,7 +40,7 @@ from vidql.engine.sql.sqlnames import ORACLE_KINDS
 from vidql.engine.sql.dialect_statements import (DEFAULT_CONFIDENCE, INDEX_METHODS, QUERY_KINDS,
                                  Aggregate, Clauses, CreateIndex, CreateOracle, DropIndex,
                                  DropVideo, LoadVideo, OutputColumn, PlainSQL, Query, SetExecutor,
-                                 SetOracle,
+                                 SetOracle, SetSampling,
                                  ShowIndexes, ShowOracles, ShowVideos, Statement,
                                  AlterVideoPath, AlterVideoStart, DropOracle, RefreshIndex,
                                  ShowClips)
@@ -50,7 +50,7 @@ from vidql.base.ranges import percent
 __all__ = [
     "parse", "parse_script", "describe", "Statement", "Query", "Clauses", "Aggregate",
     "OutputColumn", "PlainSQL", "LoadVideo", "ShowVideos", "DropVideo", "CreateOracle",
-    "SetOracle", "SetExecutor", "ShowOracles", "DropOracle", "AlterVideoPath", "AlterVideoStart",
+    "SetOracle", "SetExecutor", "SetSampling", "ShowOracles", "DropOracle", "AlterVideoPath", "AlterVideoStart",
     "ShowClips", "CreateIndex", "RefreshIndex", "ShowIndexes", "DropIndex", "QUERY_KINDS",
     "ORACLE_KINDS", "INDEX_METHODS", "DEFAULT_CONFIDENCE",
 ]
@@ -120,6 +120,8 @@ _DESCRIBE = {
                              f"{s.kind} '{s.source}'{_options(s.options)}"),
     SetOracle: lambda s: f"make {s.oracle} the default oracle of video {s.video}",
     SetExecutor: lambda s: f"run labelling and index embedding on the {s.executor!r} executor",
+    SetSampling: lambda s: ("sample approximate queries always" if s.mode == "always" else
+                            "scan exactly instead of sampling where the scan is priced cheaper"),
     ShowOracles: lambda s: "list the oracles",
     DropOracle: lambda s: f"drop oracle {s.name} (its cached labels stay)" + _if_exists(s.if_exists),
     AlterVideoPath: _describe_move,

@@ -7,8 +7,8 @@ from vidql.engine.sql.dialect_lex import Cursor, Token
 from vidql.engine.sql.sqlnames import ORACLE_KINDS
 from vidql.engine.sql.dialect_statements import (AlterVideoPath, AlterVideoStart, CreateIndex, CreateOracle,
                                  DropIndex, DropOracle, DropVideo, INDEX_METHODS, LoadVideo,
-                                 RefreshIndex, SetExecutor, SetOracle, ShowClips, ShowIndexes,
-                                 ShowOracles, ShowVideos)
+                                 RefreshIndex, SetExecutor, SetOracle, SAMPLING_MODES, SetSampling, ShowClips,
+                                 ShowIndexes, ShowOracles, ShowVideos)
 
 USAGE = {
     "LOAD VIDEO": ("write LOAD VIDEO 'path/to/video.mp4' AS name [WITH (rendition = 128)]; a "
@@ -22,6 +22,7 @@ USAGE = {
                     "name SET START 'clip' = TIMESTAMP '2026-11-02 08:00:00'"),
     "SET ORACLE": "write SET ORACLE video = oracle",
     "SET EXECUTOR": "write SET EXECUTOR = 'local' | 'ray' | 'ray://host:port'",
+    "SET SAMPLING": "write SET SAMPLING = 'cheaper' | 'always'",
     "CREATE INDEX": ("write CREATE INDEX name ON video USING TASTI "
                      "[WITH (train = 1000, reps = 2000, k = 5)]"),
     "DROP INDEX": "write DROP INDEX [IF EXISTS] name",
@@ -35,7 +36,7 @@ def is_catalog_statement(tokens: list[Token]) -> bool:
     words = [t.word for t in tokens[:4]]
     head = tuple(words[:2])
     if head in (("LOAD", "VIDEO"), ("DROP", "VIDEO"), ("DROP", "INDEX"), ("CREATE", "ORACLE"),
-                ("SET", "ORACLE"), ("SET", "EXECUTOR"), ("DROP", "ORACLE"), ("ALTER", "VIDEO"),
+                ("SET", "ORACLE"), ("SET", "EXECUTOR"), ("SET", "SAMPLING"), ("DROP", "ORACLE"), ("ALTER", "VIDEO"),
                 ("REFRESH", "INDEX")):
         return True
     if words[:4] == ["CREATE", "OR", "REPLACE", "ORACLE"]:
@@ -67,7 +68,8 @@ def parse_catalog(text: str, tokens: list[Token]):
     key = f"{first} {second}"
     hint = USAGE[key]
     stmt = {"LOAD VIDEO": _load_video, "DROP VIDEO": _drop_video, "CREATE ORACLE": _create_oracle,
-            "SET ORACLE": _set_oracle, "SET EXECUTOR": _set_executor, "CREATE INDEX": _create_index,
+            "SET ORACLE": _set_oracle, "SET EXECUTOR": _set_executor, "SET SAMPLING": _set_sampling,
+            "CREATE INDEX": _create_index,
             "DROP INDEX": _drop_index, "DROP ORACLE": _drop_oracle,
             "ALTER VIDEO": _alter_video, "REFRESH INDEX": _refresh_index}[key](c, hint)
     _end(c, hint)
@@ -173,6 +175,16 @@ def _set_executor(c: Cursor, hint: str) -> SetExecutor:
     if value not in ("local", "ray") and not value.startswith("ray://"):
         raise c.error(f"unknown executor {value!r}", hint, pos)
     return SetExecutor(value)
+
+
+def _set_sampling(c: Cursor, hint: str) -> SetSampling:
+    if not (c.accept_op("=") or c.accept("TO")):
+        raise c.error(f"expected '=' after SET SAMPLING, got {c.shown()}", hint)
+    pos = c.here()
+    value = c.string("'cheaper' or 'always'", hint)
+    if value not in SAMPLING_MODES:
+        raise c.error(f"unknown sampling mode {value!r}", hint, pos)
+    return SetSampling(value)
 
 
 def _create_index(c: Cursor, hint: str) -> CreateIndex:

@@ -94,6 +94,17 @@ class SetExecutor:
 
 
 @dataclass(frozen=True)
+class SetSampling:
+    """`SET SAMPLING = 'cheaper'`: an approximate aggregate runs the exact scan instead when
+    EXPLAIN prices the scan below sampling (the default); 'always' keeps sampling."""
+
+    mode: str
+
+
+SAMPLING_MODES = ("cheaper", "always")
+
+
+@dataclass(frozen=True)
 class SetOracle:
     """`SET ORACLE video = oracle`: the default oracle of a video."""
 
@@ -223,5 +234,5 @@ class Query:
 
 
 Statement = (LoadVideo | ShowVideos | ShowClips | DropVideo | CreateOracle | SetOracle
-             | SetExecutor | ShowOracles | DropOracle | AlterVideoPath | AlterVideoStart
+             | SetExecutor | SetSampling | ShowOracles | DropOracle | AlterVideoPath | AlterVideoStart
              | CreateIndex | RefreshIndex | ShowIndexes | DropIndex | PlainSQL | Query)
