@@ -7,6 +7,7 @@ touch)."""
 from __future__ import annotations
 
 import shutil
+from fractions import Fraction
 import time
 from pathlib import Path
 
@@ -51,9 +52,12 @@ def hd_long_gop(source: Path, cache: Path, frames: int, size: tuple[int, int]) -
         stream.width, stream.height, stream.pix_fmt = size[0], size[1], "yuv420p"
         stream.options = {"preset": "veryfast", "crf": "20",
                           "x264-params": f"keyint={HD_GOP}:min-keyint={HD_GOP}:scenecut=0:bframes=2"}
-        for _, frame in reader.iter_range(0, min(frames, reader.info.frame_count)):
+        for k, (_, frame) in enumerate(reader.iter_range(0, min(frames, reader.info.frame_count))):
             big = frame.reformat(width=size[0], height=size[1], format="yuv420p")
             big.pict_type = PictureType.NONE  # the encoder places keyframes, not the source's
+            # numbered afresh: the source's own timestamps repeat somewhere past frame 60,
+            # which the muxer refuses ("Invalid argument")
+            big.pts, big.time_base = k, Fraction(1, int(stream.average_rate or 25))
             container.mux(stream.encode(big))
         container.mux(stream.encode())
     tmp.rename(out)
