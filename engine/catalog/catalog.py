@@ -368,8 +368,9 @@ class Catalog:
         if oracle_rendition is not None:
             from vidql.preprocess.rendition import make_oracle_rendition
 
-            make_oracle_rendition(path, staging / ORACLE_RENDITION, int(oracle_rendition),
-                                  progress=self.progress, info=info)
+            small = make_oracle_rendition(path, staging / ORACLE_RENDITION, int(oracle_rendition),
+                                          progress=self.progress, info=info)
+            save_timing(measure_decode(small.info), small.folder / DECODE_TIMING)
         return staging
 
     @staticmethod
@@ -529,18 +530,23 @@ class Catalog:
         return f"video {name!r}" if single else f"clip {clip!r} of video {name!r}"
 
     def read_costs(self, name: str) -> list:
-        """Each clip's `ReadCost` (GOP layout, decode seconds per frame), in load order. LOAD
-        times a clip's decoding; a clip loaded before that is timed on first use."""
+        """Each clip's `ReadCost` (GOP layout, decode seconds per frame; of its oracle
+        rendition when it has one), in load order. LOAD times a clip's decoding; a clip
+        loaded before that is timed on first use."""
         name = self.video_row(name)["name"]
         return [self._read_cost(name, int(o)) for o in self.clip_table(name)["ordinal"]]
 
     def _read_cost(self, name: str, ordinal: int):
+        """A clip's ReadCost: of its oracle rendition when it has one (what ONNX detectors
+        read), else of its file."""
         from vidql.preprocess.readcost import ReadCost, load_timing, measure_decode, save_timing
 
         key = (name, ordinal)
         if key not in self._read_costs:
-            info = self.clip_info(name, ordinal)
-            saved = self.clip_dir(name, ordinal) / DECODE_TIMING
+            rendition = self.oracle_rendition(name, ordinal)
+            info = self.clip_info(name, ordinal) if rendition is None else rendition.info
+            folder = self.clip_dir(name, ordinal) if rendition is None else rendition.folder
+            saved = folder / DECODE_TIMING
             timing = load_timing(saved)
             if timing is None:
                 timing = measure_decode(info)
