@@ -13,6 +13,9 @@ losslessly (H.264 RGB, qp 0) with a keyframe every ORACLE_GOP frames, so the det
 the very pixels its letterbox makes of the original while a random read decodes at most
 ORACLE_GOP small frames. Lossy settings were measured and refused: on ua_detrac, 4:4:4 at
 qp 0 (only the RGB-YUV rounding) kept 80% of frames' per-class YOLOX counts, crf 2 RGB 69%.
+x264's ultrafast preset (CAVLC, no deblocking) decodes 4x faster than veryfast (1080p
+residential_street at 416x234: 1.2 against 5.3 ms a frame in order, a random read 11
+against 46 ms) for 12% more bytes (71 against 64 KB a frame).
 """
 from __future__ import annotations
 
@@ -121,11 +124,11 @@ def make_oracle_rendition(src: str | os.PathLike, dst_dir: str | os.PathLike, lo
     info = info if info is not None else probe_video(src)
     width, height = oracle_size(info.width, info.height, long_side)
     frames = np.arange(info.frame_count, dtype=np.int64)
-    encoder = _Encoder("libx264rgb", "rgb24", {"preset": "veryfast", "qp": "0"}, ORACLE_GOP,
+    encoder = _Encoder("libx264rgb", "rgb24", {"preset": "ultrafast", "qp": "0"}, ORACLE_GOP,
                        resize="cv2-linear")
     return _write(src, info, Path(dst_dir), frames, (width, height), encoder, progress,
                   {"short_side": min(width, height), "long_side": long_side, "every": 1,
-                   "qp": 0, "oracle": True})
+                   "qp": 0, "preset": "ultrafast", "oracle": True})
 
 
 @dataclass(frozen=True)
