@@ -12,7 +12,7 @@ from .registry import SCENARIOS, BenchContext, ScenarioResult
 
 SCENARIO_MODULES = ("scenarios_core", "scenarios_decode", "scenarios_index", "scenarios_queries",
                     "scenarios_e2e", "scenarios_oracle", "scenarios_scale", "scenarios_scaleout",
-                    "scenarios_collection", "scenarios_real")
+                    "scenarios_collection", "scenarios_real", "scenarios_rendition")
 
 
 def load_scenarios() -> dict:

@@ -73,29 +73,39 @@ def _load_video(db, stmt: LoadVideo) -> Result:
     """The video's SHOW VIDEOS row; with a `skipped` column naming the files skip_bad left
     out and why, and (INTO) an `indexes` column saying how each index was extended."""
     options = dict(stmt.options)
-    rendition = options.pop("rendition", None)
+    rendition = _load_rendition(options.pop("rendition", None), stmt.into)
+    oracle_rendition = options.pop("oracle_rendition", None)
     skip_bad = options.pop("skip_bad", False)
     if options:
         raise ParameterError(f"unknown LOAD VIDEO option(s) {', '.join(sorted(options))}; "
-                             f"allowed: rendition, skip_bad")
+                             f"allowed: oracle_rendition, rendition, skip_bad")
     if not isinstance(skip_bad, bool):
         raise ParameterError(f"LOAD VIDEO option skip_bad must be true or false, got {skip_bad!r}")
-    if rendition is not None:
-        if stmt.into:
-            raise ParameterError("LOAD VIDEO ... INTO takes the collection's rendition setting; "
-                                 "leave out rendition")
-        from vidql.preprocess.rendition import SHORT_SIDE
+    if oracle_rendition is not None:
+        from vidql.preprocess.rendition import LONG_SIDE
 
-        rendition = SHORT_SIDE.check("LOAD VIDEO option rendition (short side in pixels)",
-                                     rendition)
+        oracle_rendition = LONG_SIDE.check("LOAD VIDEO option oracle_rendition (the oracle's "
+                                           "input long side in pixels)", oracle_rendition)
     row = db.load_video(stmt.path, stmt.name, rendition=rendition, skip_bad=skip_bad,
-                        into=stmt.into)
+                        into=stmt.into, oracle_rendition=oracle_rendition)
     frame = db.videos().query("name == @row['name']")
     if row["skipped"]:
         frame = frame.assign(skipped="; ".join(f"'{p}': {why}" for p, why in row["skipped"]))
     if row["indexes"]:
         frame = frame.assign(indexes=describe_extensions(row["indexes"]))
     return _frame(db, frame)
+
+
+def _load_rendition(rendition, into: bool) -> int | None:
+    """LOAD VIDEO's `rendition` option, checked (refused on INTO: the collection's own)."""
+    if rendition is None:
+        return None
+    if into:
+        raise ParameterError("LOAD VIDEO ... INTO takes the collection's rendition setting; "
+                             "leave out rendition")
+    from vidql.preprocess.rendition import SHORT_SIDE
+
+    return SHORT_SIDE.check("LOAD VIDEO option rendition (short side in pixels)", rendition)
 
 
 def _drop_video(db, stmt: DropVideo) -> Result:

@@ -33,7 +33,8 @@ def cmd_load(args) -> int:
 
     with vidql.connect(args.db) as db:
         row = db.load_video(args.path, args.name, rendition=args.rendition,
-                            skip_bad=args.skip_bad, into=args.into)
+                            skip_bad=args.skip_bad, into=args.into,
+                            oracle_rendition=args.oracle_rendition)
         clips = len(db.catalog.clip_table(row["name"]))
         print(f"loaded {row['name']}: {f'{clips} clips, ' if clips > 1 else ''}"
               f"{row['frame_count']} frames, {row['width']}x{row['height']} {row['codec']} at "
@@ -102,6 +103,9 @@ def build_parser() -> argparse.ArgumentParser:
     ld.add_argument("--skip-bad", action="store_true",
                     help="load the files that read and report the others")
     ld.add_argument("--rendition", type=int, help="also keep a low-res copy (short side px)")
+    ld.add_argument("--oracle-rendition", type=int, metavar="PX",
+                    help="also keep a lossless short-GOP copy at the oracle's input size "
+                         "(long side px, e.g. 416) for the detector to read")
     ld.set_defaults(fn=cmd_load)
 
     s = with_db(sub.add_parser("sql", help="run one statement or a ;-separated script"), "vidql.db")

@@ -126,19 +126,29 @@ class Database:
 
     # ---- catalog ------------------------------------------------------------------
     def load_video(self, path, name: str | None = None, *, rendition: int | None = None,
-                   skip_bad: bool = False, into: bool = False) -> dict:
+                   skip_bad: bool = False, into: bool = False,
+                   oracle_rendition: int | None = None) -> dict:
         """Probe video files and register table `name(clip, frame, ts, start_ts)`: `path` is
         a file, a glob ('clips/*.mp4'), a folder or a list of files (one clip each); `into`
         appends them as clips of the existing video `name` (and extends its indexes).
         A file that cannot be read fails the load unless `skip_bad`; one whose content is a
-        clip of the video already is left out. Returns the video's
+        clip of the video already is left out. `rendition` (short side px) keeps a low-res
+        copy for embedders; `oracle_rendition` (the oracle's input long side px, e.g. 416)
+        keeps a lossless short-GOP copy at that size which oracles that read resized
+        frames (ONNX detectors) label from. Returns the video's
         row with `skipped`: the (path, reason) of files left out, and `indexes`: for each
         index extended over appended clips, the frames added (or why it was not)."""
         if name is None:
             if not isinstance(path, (str, Path)) or any(ch in str(path) for ch in "*?["):
                 raise ParameterError("name the video: load_video(paths, 'name')")
             name = Path(path).stem.replace("-", "_").replace(".", "_")
+        if oracle_rendition is not None:
+            from vidql.preprocess.rendition import LONG_SIDE
+
+            oracle_rendition = LONG_SIDE.check("oracle_rendition (the oracle's input long side "
+                                               "in pixels)", oracle_rendition)
         row, skipped = self.catalog.add_video(path, name, rendition=rendition,
+                                              oracle_rendition=oracle_rendition,
                                               skip_bad=skip_bad, into=into)
         extended = self.indexes.finish_extensions(progress=self.progress).get(row["name"], {}) \
             if into else {}

@@ -18,7 +18,7 @@ import duckdb
 import numpy as np
 import pandas as pd
 
-from vidql.base.errors import CatalogError, OracleError, VideoError
+from vidql.base.errors import CatalogError, OracleError, ParameterError, VideoError
 from vidql.engine.catalog.upgrade import upgrade_catalog
 from vidql.engine.labels.clips import ClipMap, clip_names, creation_timestamp, video_paths
 from vidql.engine.labels.cache import SCHEMA_SQL, LabelCache
@@ -31,7 +31,8 @@ CATALOG_SQL = SCHEMA_SQL + """
 CREATE TABLE IF NOT EXISTS vidql.videos (
     name VARCHAR PRIMARY KEY, path VARCHAR, codec VARCHAR, width INTEGER, height INTEGER,
     fps DOUBLE, frame_count BIGINT, duration DOUBLE, fingerprint VARCHAR, oracle VARCHAR,
-    rendition_short_side INTEGER, loaded_at TIMESTAMP DEFAULT current_timestamp);
+    rendition_short_side INTEGER, loaded_at TIMESTAMP DEFAULT current_timestamp,
+    oracle_rendition INTEGER);
 CREATE TABLE IF NOT EXISTS vidql.oracles (
     name VARCHAR PRIMARY KEY, kind VARCHAR, source VARCHAR, options VARCHAR, identity VARCHAR);
 CREATE TABLE IF NOT EXISTS vidql.indexes (
@@ -106,6 +107,13 @@ def fingerprint_matches(stored: str, path: str | Path) -> bool:
 
 
 DECODE_TIMING = "decode.json"  # a clip's measured decode time per frame (preprocess.readcost)
+ORACLE_RENDITION = "oracle_rendition"  # a clip's rendition at the oracle's input size
+
+
+def _setting(row: dict, column: str) -> int | None:
+    """A video row's optional integer setting (None when unset, or a catalog predates it)."""
+    value = row.get(column)
+    return None if value is None or pd.isna(value) else int(value)
 
 
 class Catalog:
@@ -122,6 +130,7 @@ class Catalog:
         self._checked: dict[tuple[str, int], str] = {}  # (video, ordinal) -> its checked path
         self._infos: dict[tuple[str, int], object] = {}  # (video, ordinal) -> its VideoInfo
         self._read_costs: dict[tuple[str, int], object] = {}  # (video, ordinal) -> its ReadCost
+        self._renditions: dict[tuple[str, int], object] = {}  # -> its oracle Rendition (probed)
         self.read_only = read_only
         self._video_rows: dict[str, dict] | None = None  # within a query: rows read so far
         self._statement_caches: dict[tuple, LabelCache] = {}  # within a query: caches found
@@ -229,9 +238,12 @@ class Catalog:
         return ClipMap.of(self.clip_table(name))
 
     def add_video(self, source, name: str, *, rendition: int | None = None,
-                  skip_bad: bool = False, into: bool = False) -> tuple[dict, list[tuple[str, str]]]:
+                  oracle_rendition: int | None = None, skip_bad: bool = False,
+                  into: bool = False) -> tuple[dict, list[tuple[str, str]]]:
         """LOAD VIDEO: probe every file `source` names (a file, glob, folder or list) and
-        register them as clips of collection `name` (a new one, or an existing one `into`).
+        register them as clips of collection `name` (a new one, or an existing one `into`,
+        whose rendition settings its new clips take; `oracle_rendition`: each clip's
+        oracle rendition, see `oracle_rendition`).
         A file that cannot be read fails the whole load, naming every such file, unless
         `skip_bad`; then the rest load. A file whose content is a clip of the collection
         already is left out with a note. Nothing changes unless every step succeeds.
@@ -240,7 +252,8 @@ class Catalog:
         if into:
             row = self.video_row(name)
             name, clips = row["name"], self.clip_table(name)
-            rendition = None if pd.isna(row["rendition_short_side"]) else int(row["rendition_short_side"])
+            rendition = _setting(row, "rendition_short_side")
+            oracle_rendition = self._same_oracle_rendition(row, oracle_rendition)
         else:
             self._check_new_video_name(name)
             clips = pd.DataFrame({"clip": [], "ordinal": [], "first_frame": [], "frame_count": [],
@@ -253,10 +266,11 @@ class Catalog:
         names = clip_names([p for p, _, _ in good], set(clips["clip"]))
         first = len(clips)
         offset = int((clips["first_frame"] + clips["frame_count"]).max()) if first else 0
-        staged = [self._stage_clip(name, first + k, path, info, rendition)
+        staged = [self._stage_clip(name, first + k, path, info, (rendition, oracle_rendition))
                   for k, (path, info, _) in enumerate(good)]
         try:
-            self._register_clips(name, names, good, first, offset, rendition, into, source)
+            self._register_clips(name, names, good, first, offset,
+                                 (rendition, oracle_rendition), into, source)
         except BaseException:
             for staging in staged:
                 shutil.rmtree(staging, ignore_errors=True)
@@ -268,6 +282,17 @@ class Catalog:
             self._move_staged(staging, final)
         self._forget(name)
         return self.video_row(name), bad + loaded
+
+    @staticmethod
+    def _same_oracle_rendition(row: dict, asked: int | None) -> int | None:
+        """A collection's oracle rendition (long side px, or None), which LOAD VIDEO ... INTO
+        may restate but not change: every clip's labels come from the same kind of pixels."""
+        have = _setting(row, "oracle_rendition")
+        if asked is not None and asked != have:
+            raise ParameterError(f"video {row['name']!r} was loaded with oracle_rendition = "
+                                 f"{have or 'none'}; LOAD VIDEO ... INTO gives its new clips the "
+                                 f"same (leave out oracle_rendition)")
+        return have
 
     @staticmethod
     def _refuse_bad(source, paths: list[Path], good: list, bad: list, skip_bad: bool) -> None:
@@ -322,8 +347,9 @@ class Catalog:
                 bad.append((str(path), exc.reason))
         return good, bad
 
-    def _stage_clip(self, name: str, ordinal: int, path: Path, info, rendition) -> Path:
-        """Write a clip's probe result (and rendition) to a staging folder."""
+    def _stage_clip(self, name: str, ordinal: int, path: Path, info, renditions: tuple) -> Path:
+        """Write a clip's probe result (and its renditions: (short side for the embedder,
+        long side for the oracle), each None for none) to a staging folder."""
         final = self.clip_dir(name, ordinal)
         staging = final.with_name(final.name + ".loading")
         shutil.rmtree(staging, ignore_errors=True)
@@ -334,10 +360,17 @@ class Catalog:
         from vidql.preprocess.readcost import measure_decode, save_timing
 
         save_timing(measure_decode(info), staging / DECODE_TIMING)
+        rendition, oracle_rendition = renditions
         if rendition is not None:
             from vidql.preprocess.rendition import make_rendition
 
             make_rendition(path, staging / "rendition", int(rendition), progress=self.progress)
+        if oracle_rendition is not None:
+            from vidql.preprocess.rendition import make_oracle_rendition
+
+            small = make_oracle_rendition(path, staging / ORACLE_RENDITION, int(oracle_rendition),
+                                          progress=self.progress, info=info)
+            save_timing(measure_decode(small.info), small.folder / DECODE_TIMING)
         return staging
 
     @staticmethod
@@ -355,7 +388,7 @@ class Catalog:
             final.parent.mkdir(parents=True, exist_ok=True)
             staging.rename(final)
 
-    def _register_clips(self, name, names, good, first, offset, rendition, into, source) -> None:
+    def _register_clips(self, name, names, good, first, offset, renditions, into, source) -> None:
         """One transaction: the clip rows, the table rows and (for a new collection) the
         video row, its table and its `objects` view; appended `into` a collection, a row of
         `vidql.index_extensions` saying its indexes cover its first `offset` frames (deleted
@@ -378,10 +411,11 @@ class Catalog:
             info0 = good[0][1]
             statements += [
                 ("INSERT INTO vidql.videos (name, path, codec, width, height, fps, frame_count, "
-                 "duration, fingerprint, oracle, rendition_short_side) "
-                 "VALUES (?, ?, ?, ?, ?, ?, 0, 0, NULL, NULL, ?)",
+                 "duration, fingerprint, oracle, rendition_short_side, oracle_rendition) "
+                 "VALUES (?, ?, ?, ?, ?, ?, 0, 0, NULL, NULL, ?, ?)",
                  [name, str(good[0][0]) if len(good) == 1 and not isinstance(source, (list, tuple))
-                  else str(source), info0.codec, info0.width, info0.height, info0.fps, rendition]),
+                  else str(source), info0.codec, info0.width, info0.height, info0.fps,
+                  *renditions]),
                 (f"CREATE TABLE main.{q} (clip VARCHAR, frame BIGINT, ts DOUBLE, "
                  f"start_ts TIMESTAMP)", []),
                 (f"CREATE SCHEMA {q}", []),
@@ -412,6 +446,8 @@ class Catalog:
         for key in [k for k in self._infos if k[0] == name]:
             del self._infos[key]
             self._read_costs.pop(key, None)
+        for key in [k for k in self._renditions if k[0] == name]:
+            del self._renditions[key]
         for key in [k for k in self._checked if k[0] == name]:
             del self._checked[key]
         for key in [k for k in self._caches if k[0] == name]:
@@ -494,18 +530,23 @@ class Catalog:
         return f"video {name!r}" if single else f"clip {clip!r} of video {name!r}"
 
     def read_costs(self, name: str) -> list:
-        """Each clip's `ReadCost` (GOP layout, decode seconds per frame), in load order. LOAD
-        times a clip's decoding; a clip loaded before that is timed on first use."""
+        """Each clip's `ReadCost` (GOP layout, decode seconds per frame; of its oracle
+        rendition when it has one), in load order. LOAD times a clip's decoding; a clip
+        loaded before that is timed on first use."""
         name = self.video_row(name)["name"]
         return [self._read_cost(name, int(o)) for o in self.clip_table(name)["ordinal"]]
 
     def _read_cost(self, name: str, ordinal: int):
+        """A clip's ReadCost: of its oracle rendition when it has one (what ONNX detectors
+        read), else of its file."""
         from vidql.preprocess.readcost import ReadCost, load_timing, measure_decode, save_timing
 
         key = (name, ordinal)
         if key not in self._read_costs:
-            info = self.clip_info(name, ordinal)
-            saved = self.clip_dir(name, ordinal) / DECODE_TIMING
+            rendition = self.oracle_rendition(name, ordinal)
+            info = self.clip_info(name, ordinal) if rendition is None else rendition.info
+            folder = self.clip_dir(name, ordinal) if rendition is None else rendition.folder
+            saved = folder / DECODE_TIMING
             timing = load_timing(saved)
             if timing is None:
                 timing = measure_decode(info)
@@ -641,7 +682,8 @@ class Catalog:
         return self.con.execute(
             "SELECT name, (SELECT count(*) FROM vidql.clips c WHERE c.video = v.name) AS clips, "
             "path, codec, width, height, fps, frame_count, duration, oracle, "
-            "rendition_short_side AS rendition FROM vidql.videos v ORDER BY name").df()
+            "rendition_short_side AS rendition, oracle_rendition FROM vidql.videos v "
+            "ORDER BY name").df()
 
     def clips(self, name: str) -> pd.DataFrame:
         """SHOW CLIPS name: the clips of a video in load order."""
@@ -792,7 +834,7 @@ class Catalog:
                                          lambda positions: self.locate(video, clip_map,
                                                                        positions))
             self._caches[key] = LabelCache(self.con, video, clip_map, o,
-                                           self._pixel_batches(video, clip_map, o.prepare),
+                                           self._pixel_batches(video, clip_map, o),
                                            journal=self.journal, progress=self.progress)
         if self._video_rows is not None:
             self._statement_caches[memo] = self._caches[key]
@@ -831,24 +873,26 @@ class Catalog:
         return ConcatSource([LowResSource(info, d if d.is_dir() else None)
                              for info, d in zip(self.clip_infos(name), dirs, strict=True)])
 
-    def _pixel_batches(self, name: str, clip_map: ClipMap, prepare):
-        """Original-resolution frames for the oracle, clip by clip, through the pipelined
-        runtime: (global positions, batch) for ascending positions, each batch what the
-        oracle's `prepare` makes of its uint8 N×H×W×3 pixels (on the pipeline's transform
-        thread, ahead of the oracle). One decoder works ahead, at lower priority than the
-        oracle's threads (a second took cores the oracle needs: an exact YOLOX scan ran at
-        1.0-1.3x the speed with one in 5 alternating rounds, a sampled query 1.16x; at
-        normal priority the scan of 96 frames took 0.58-0.61 s, niced 0.53-0.55 s)."""
+    def _pixel_batches(self, name: str, clip_map: ClipMap, oracle: Oracle):
+        """Frames for the oracle, clip by clip, through the pipelined runtime: (global
+        positions, batch) for ascending positions, each batch what the oracle's `prepare`
+        makes of its uint8 N×H×W×3 pixels (on the pipeline's transform thread, ahead of the
+        oracle): a clip's oracle rendition when it has one and the oracle reads resized
+        frames (`oracle_source`), else its original frames. One decoder works ahead, at
+        lower priority than the oracle's threads (a second took cores the oracle needs: an
+        exact YOLOX scan ran at 1.0-1.3x the speed with one in 5 alternating rounds, a
+        sampled query 1.16x; at normal priority the scan of 96 frames took 0.58-0.61 s,
+        niced 0.53-0.55 s)."""
         from vidql.preprocess import frame_batches
         from vidql.preprocess.pipeline import DECODER_NICE
 
         def clip_batches(positions: np.ndarray, batch_size: int):
             for o, local, _ in clip_map.pieces(positions):
                 self.check_clip(name, o, again=True)
-                with closing(frame_batches(self.clip_info(name, o), frames=local,
-                                           batch_size=batch_size, workers=1,
-                                           decoder_nice=DECODER_NICE,
-                                           transform=prepare)) as batches:
+                source, transform = self.oracle_source(name, o, oracle)
+                with closing(frame_batches(source, frames=local, batch_size=batch_size,
+                                           workers=1, decoder_nice=DECODER_NICE,
+                                           transform=transform)) as batches:
                     for ids, pixels in batches:
                         yield np.asarray(ids, dtype=np.int64) + clip_map.first[o], pixels
 
@@ -856,3 +900,41 @@ class Catalog:
             return closing(clip_batches(positions, batch_size))
 
         return batches
+
+    def oracle_source(self, name: str, ordinal: int, oracle: Oracle) -> tuple:
+        """(what to decode, the oracle's transform) for a clip: its oracle rendition, with
+        boxes scaled back to the clip's pixels, when it has one and the oracle reads resized
+        frames; else the clip's file and the oracle's `prepare`."""
+        info = self.clip_info(name, ordinal)
+        rendition = self.oracle_rendition(name, ordinal) if oracle.reads_scaled else None
+        if rendition is None:
+            return info, oracle.prepare
+        size = (int(info.width), int(info.height))
+        return rendition, lambda frames: oracle.prepare_scaled(frames, size)
+
+    def oracle_rendition(self, name: str, ordinal: int):
+        """The clip's oracle rendition (LOAD VIDEO ... WITH (oracle_rendition = px)), or None
+        when its video has none (opened, and its file probed, once per process). A lost or
+        damaged rendition folder is made again (a read-only database: refused)."""
+        long_side = _setting(self.video_row(name), "oracle_rendition")
+        if long_side is None:
+            return None
+        key = (name, int(ordinal))
+        if key not in self._renditions:
+            self._renditions[key] = self._open_oracle_rendition(name, ordinal, long_side)
+        return self._renditions[key]
+
+    def _open_oracle_rendition(self, name: str, ordinal: int, long_side: int):
+        from vidql.preprocess.rendition import Rendition, make_oracle_rendition
+
+        folder = self.clip_dir(name, ordinal) / ORACLE_RENDITION
+        try:
+            rendition = Rendition.load(folder)
+            if rendition.info.frame_count == rendition.source_frame_count:  # probed: whole
+                return rendition
+        except VideoError:
+            if self.read_only:
+                raise
+        info = self.clip_info(name, ordinal)
+        return make_oracle_rendition(info.path, folder, long_side, progress=self.progress,
+                                     info=info)

@@ -18,8 +18,10 @@ LABEL_TABLES = {"labels": "video, oracle, {clip}, frame, label, score, x1, y1, x
 
 def upgrade_catalog(catalog) -> None:
     """Give every pre-collection video its clip row and table columns, key old labels by
-    clip, and recreate `objects` views that predate USING ORACLE or the clip column."""
+    clip, recreate `objects` views that predate USING ORACLE or the clip column, and give
+    the videos table its `oracle_rendition` column."""
     con = catalog.con
+    con.execute("ALTER TABLE vidql.videos ADD COLUMN IF NOT EXISTS oracle_rendition INTEGER")
     for name, path in con.execute("SELECT name, path FROM vidql.videos WHERE name NOT IN "
                                   "(SELECT video FROM vidql.clips)").fetchall():
         _single_file_to_collection(catalog, name, path)

@@ -53,6 +53,9 @@ class Oracle(ABC):
     # seconds of one-time set-up spent inside its detect calls so far (an ONNX detector's
     # thread choice): the label cache leaves them out of the cost per frame it records
     setup_seconds: float = 0.0
+    # True: `prepare_scaled` takes frames resized from larger ones (a video's oracle
+    # rendition) and `detect` then gives boxes in the larger frames' pixels
+    reads_scaled: bool = False
 
     @abstractmethod
     def detect(self, frames, frame_ids: np.ndarray) -> pd.DataFrame:
@@ -65,6 +68,11 @@ class Oracle(ABC):
         thread that decodes the next batches (an ONNX detector letterboxes there); `detect`
         then gets what this returns. By default the frames as they are."""
         return frames
+
+    def prepare_scaled(self, frames: np.ndarray, source_size: tuple[int, int]):
+        """`prepare` for frames resized from frames of `source_size` (width, height), whose
+        boxes `detect` then gives in the source's pixels (only when `reads_scaled`)."""
+        raise NotImplementedError(f"oracle {self.name!r} does not read resized frames")
 
     def detect_in_clip(self, frames: np.ndarray | None, frame_ids: np.ndarray, clip: str,
                        only_clip: bool) -> DetectionArrays:

@@ -63,10 +63,15 @@ def _yolox_grids(size: int, strides=(8, 16, 32)) -> tuple[np.ndarray, np.ndarray
 class OnnxDetector(Oracle):
     """A YOLOX or YOLOv8 detector exported to ONNX, with class-wise NMS.
 
+    It reads a video's oracle rendition (`reads_scaled`): frames resized to its input, whose
+    boxes it scales back to the original frame's pixels.
+
     YOLOX: BGR, image at the top-left of a letterbox padded with 114, no normalisation,
     raw grid outputs (N×A×(5+C)). YOLOv8: RGB /255, centred letterbox, outputs N×(4+C)×A
     with decoded centre boxes and no objectness. `layout='auto'` tells them apart by shape.
     """
+
+    reads_scaled = True
 
     def __init__(self, name: str, path: str | Path, *, score: float = 0.3, nms: float = 0.45,
                  layout: str = "auto", classes: list[str] | None = None, batch_size: int = 8):
@@ -114,7 +119,13 @@ class OnnxDetector(Oracle):
         the first run tells): pixel work that runs ahead of inference."""
         return self._letterbox(frames, self._known_layout != "yolov8")
 
-    def _letterbox(self, frames: np.ndarray, yolox: bool) -> "Letterboxed":
+    def prepare_scaled(self, frames: np.ndarray, source_size: tuple[int, int]) -> "Letterboxed":
+        """`prepare` for frames resized from frames of `source_size` (width, height): their
+        boxes come back in the source's pixels."""
+        return self._letterbox(frames, self._known_layout != "yolov8", source_size)
+
+    def _letterbox(self, frames: np.ndarray, yolox: bool,
+                   source_size: tuple[int, int] | None = None) -> "Letterboxed":
         """The network input, N×3×H×W float32 (YOLOX: BGR at the top-left of a letterbox
         padded with 114; YOLOv8: RGB centred, /255), and each frame's (scale, (left, top)).
         Each frame is resized, then written into a reused array with its channels in the
@@ -142,7 +153,7 @@ class OnnxDetector(Oracle):
             geometry.append((r, (left, top)))
         if not yolox:
             blobs /= 255.0
-        return Letterboxed(frames, spare, blobs, geometry, yolox)
+        return Letterboxed(frames, spare, blobs, geometry, yolox, source_size)
 
     def _decode(self, out: np.ndarray, layout: str) -> tuple[np.ndarray, np.ndarray]:
         """Centre boxes (A×4, input pixels) and class scores (A×C) of one image's anchors
@@ -250,12 +261,12 @@ class OnnxDetector(Oracle):
             layout = self._layout(outputs.shape)
             if (layout == "yolox") != batch.yolox:  # `auto` guessed YOLOX for the first batch
                 self._free_inputs.append(batch.spare)
-                batch = self._letterbox(batch.frames, layout == "yolox")
+                batch = self._letterbox(batch.frames, layout == "yolox", batch.source_size)
                 outputs = self._run(batch.blobs)
         finally:
             self._free_inputs.append(batch.spare)
         self._known_layout = layout
-        found = [self._detections(out, layout, frame.shape[:2], *where)
+        found = [self._detections(out, layout, frame.shape[:2], *where, batch.source_size)
                  for frame, where, out in zip(batch.frames, batch.geometry, outputs, strict=True)]
         cls, conf, boxes = (np.concatenate([f[i] for f in found]) for i in range(3))
         return DetectionArrays(np.repeat(np.asarray(frame_ids, dtype=np.int64),
@@ -264,8 +275,10 @@ class OnnxDetector(Oracle):
                                np.column_stack([conf, boxes]))
 
     def _detections(self, out: np.ndarray, layout: str, hw: tuple[int, int], r: float,
-                    offset: tuple[int, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(classes, scores, boxes in the frame's pixels) kept by NMS for one image."""
+                    offset: tuple[int, int], source_size: tuple[int, int] | None = None
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(classes, scores, boxes in the frame's pixels, or in those of the frame of
+        `source_size` (width, height) it was resized from) kept by NMS for one image."""
         centres, scores = self._decode(np.asarray(out, dtype=np.float32), layout)
         anchor, cls = np.nonzero(scores >= self.score)
         c = centres[anchor]
@@ -274,21 +287,26 @@ class OnnxDetector(Oracle):
         conf = scores[anchor, cls]
         keep = _class_wise_nms(boxes, conf, cls, self.nms)
         (h, w), (left, top) = hw, offset
-        boxes = np.clip((boxes[keep] - [left, top, left, top]) / r, 0, [w, h, w, h])
-        return cls[keep], conf[keep], boxes.reshape(-1, 4)
+        boxes = (boxes[keep] - [left, top, left, top]) / r
+        if source_size is not None:
+            sx, sy = source_size[0] / w, source_size[1] / h
+            boxes, (w, h) = boxes * [sx, sy, sx, sy], source_size
+        return cls[keep], conf[keep], np.clip(boxes, 0, [w, h, w, h]).reshape(-1, 4)
 
 
 @dataclass
 class Letterboxed:
     """A batch made ready for an ONNX detector (`OnnxDetector.prepare`): the frames, the
     network input `blobs` (a view of `spare`, the array it borrows), each frame's (scale,
-    (left, top)), and whether it is laid out for YOLOX."""
+    (left, top)), whether it is laid out for YOLOX, and the (width, height) of the frames
+    they were resized from (`prepare_scaled`; None: boxes in the frames' own pixels)."""
 
     frames: np.ndarray
     spare: np.ndarray
     blobs: np.ndarray
     geometry: list[tuple]
     yolox: bool
+    source_size: tuple[int, int] | None = None
 
 
 class TorchvisionDetector(Oracle):
