@@ -1,5 +1,6 @@
 """The `real` bench scenario end to end at its tiny size: the detector on an HD long-GOP clip
-made from a shared real clip, every approximate kind beside the exact scan."""
+made from a shared real clip, read as it is and through an oracle rendition, every
+approximate kind beside the exact scan."""
 from __future__ import annotations
 
 import pytest
@@ -17,8 +18,11 @@ def test_real_scenario_measures_every_kind_beside_the_scan(tmp_path):
     ctx = BenchContext(out_dir=tmp_path / "out", quick=True, tiny=True, shared_dir=shared,
                        cache_dir=tmp_path / "cache")
     result = real(ctx)
-    kinds = [r["kind"] for r in result.table]
-    assert kinds == ["exact scan", "ERROR WITHIN", "ORACLE BUDGET 5%", "LIMIT", "RECALL TARGET", "FIND RARE"]
+    kinds = ["exact scan", "ERROR WITHIN", "ORACLE BUDGET 5%", "LIMIT", "RECALL TARGET", "FIND RARE"]
+    clips = list(dict.fromkeys(r["clip"] for r in result.table))
+    assert len(clips) == 2 and clips[1].endswith("(oracle rendition 416)")
+    for clip in clips:
+        assert [r["kind"] for r in result.table if r["clip"] == clip] == kinds
     [hd] = list((tmp_path / "cache").glob("*gop120*.mp4"))
     info = probe_video(hd)
     assert list(info.keyframes) == [0] and info.frame_count == 60  # one 120-frame GOP
