@@ -12,6 +12,8 @@ from typing import Iterator
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from vidql.base.detections import DETECTION_COLUMNS, FLOAT_COLUMNS
 from vidql.base.errors import VidqlError
@@ -73,8 +75,6 @@ def _raw_columns(path: Path, fmt: str) -> Iterator[tuple[str, pd.Series]]:
         for name in _check_present(df.columns, path):
             yield name, df.pop(name)
         return
-    import pyarrow.parquet as pq
-
     parquet = pq.ParquetFile(path)
     for name in _check_present(parquet.schema_arrow.names, path):
         yield name, _parquet_column(parquet, name)
@@ -83,8 +83,6 @@ def _raw_columns(path: Path, fmt: str) -> Iterator[tuple[str, pd.Series]]:
 def _parquet_column(parquet, name: str) -> pd.Series:
     """Column `name` of a ParquetFile as pandas, text dictionary-encoded, copied out of
     Arrow's memory pool, which is then emptied (it would keep freed columns)."""
-    import pyarrow as pa
-
     column = parquet.read(columns=[name], use_threads=False).column(name)
     if name in TEXT_COLUMNS and (pa.types.is_string(column.type)
                                  or pa.types.is_large_string(column.type)):

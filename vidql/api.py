@@ -16,6 +16,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from vidql.base.errors import ParameterError
+from vidql.engine.executor import run_query
+from vidql.engine.sql.dialect import parse
 
 
 def sql_literal(value) -> str:
@@ -167,9 +169,6 @@ class VideoQuery:
         return " WHERE " + " AND ".join(f"({p})" for p in self.predicates) if self.predicates else ""
 
     def _run(self, sql: str):
-        from vidql.engine.sql.dialect import parse
-        from vidql.engine.executor import run_query
-
         return run_query(self.db, parse(sql))
 
     def to_sql(self, kind: str, *args, **kw) -> str:

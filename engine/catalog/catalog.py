@@ -8,6 +8,7 @@ statement leaves the catalog as it was.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 from contextlib import closing, contextmanager
 import os
@@ -27,6 +28,10 @@ from vidql.engine.labels.journal import LabelJournal
 from vidql.engine.sql.sqlnames import quote_name
 from vidql.engine.labels.oracle_api import Oracle
 from vidql.engine.labels.oracle_kinds import absolute_source, changed_sources, make_oracle
+from vidql.preprocess import frame_batches, probe
+from vidql.preprocess.concat import ConcatSource, LowResSource
+from vidql.preprocess.pipeline import DECODER_NICE
+from vidql.preprocess.rendition import make_rendition
 
 CATALOG_SQL = SCHEMA_SQL + """
 CREATE TABLE IF NOT EXISTS vidql.videos (
@@ -68,8 +73,6 @@ def file_fingerprint(path: str | Path) -> str:
     """A video's identity by content: its size and a SHA-256 of its bytes (of 64 evenly
     spaced 1 MiB chunks, first and last included, for files over 64 MiB). A touched,
     copied or moved file with the same bytes keeps its fingerprint."""
-    import hashlib
-
     size = os.path.getsize(path)
     h = hashlib.sha256()
     with open(path, "rb") as fh:
@@ -91,8 +94,6 @@ def fingerprint_matches(stored: str, path: str | Path) -> bool:
     process while the file's size, time and inode stay as they were). Catalogs made before
     content fingerprints stored `size:mtime:sha256(first MiB)`; those compare size and
     head only, so a touched file still matches."""
-    import hashlib
-
     if stored.startswith("content:"):
         st = os.stat(path)
         key = (str(Path(path).resolve()), st.st_size, st.st_mtime_ns, st.st_ino)
@@ -280,12 +281,10 @@ class Catalog:
     @staticmethod
     def _probe_all(paths: list[Path]) -> tuple[list, list[tuple[str, str]]]:
         """(path, VideoInfo) of the files that read, (path, reason) of those that do not."""
-        from vidql.preprocess.probe import probe_video
-
         good, bad = [], []
         for path in paths:
             try:
-                good.append((path, probe_video(path)))
+                good.append((path, probe.probe_video(path)))
             except VideoError as exc:
                 bad.append((str(path), exc.reason))
         return good, bad
@@ -296,12 +295,8 @@ class Catalog:
         staging = final.with_name(final.name + ".loading")
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)
-        from vidql.preprocess.probe import save_info
-
-        save_info(info, staging / "info.pkl")
+        probe.save_info(info, staging / "info.pkl")
         if rendition is not None:
-            from vidql.preprocess.rendition import make_rendition
-
             make_rendition(path, staging / "rendition", int(rendition), progress=self.progress)
         return staging
 
@@ -469,15 +464,13 @@ class Catalog:
     @staticmethod
     def _stored_info(directory: Path, path: str):
         """The saved probe result (re-probed and saved again when the artifacts are gone)."""
-        from vidql.preprocess.probe import load_info, probe_video, save_info
-
         saved = directory / "info.pkl"
         if saved.is_file():
-            info = load_info(saved)
+            info = probe.load_info(saved)
             return info if info.path == path else dataclasses.replace(info, path=path)
-        info = probe_video(path)
+        info = probe.probe_video(path)
         saved.parent.mkdir(parents=True, exist_ok=True)
-        save_info(info, saved)
+        probe.save_info(info, saved)
         return info
 
     def _clip_ordinal(self, name: str, clip: str | None, statement: str) -> tuple[int, str]:
@@ -518,9 +511,7 @@ class Catalog:
         self.run_atomically(statements)
         self._infos.pop((name, ordinal), None)
         self._checked.pop((name, ordinal), None)
-        from vidql.preprocess.probe import save_info
-
-        save_info(self.clip_info(name, ordinal), self.clip_dir(name, ordinal) / "info.pkl")
+        probe.save_info(self.clip_info(name, ordinal), self.clip_dir(name, ordinal) / "info.pkl")
         return self.video_row(name)
 
     def set_clip_start(self, name: str, clip: str, start) -> pd.DataFrame:
@@ -766,8 +757,6 @@ class Catalog:
     def lowres_source(self, video: str):
         """Frames of a video for embedders and proxies (low resolution, by global position:
         a ConcatSource of its clips, each read from its rendition when it has one)."""
-        from vidql.preprocess.concat import ConcatSource, LowResSource
-
         name = self.video_row(video)["name"]
         clips = self.clip_table(name)
         dirs = [self.clip_dir(name, o) / "rendition" for o in clips["ordinal"]]
@@ -784,9 +773,6 @@ class Catalog:
         oracle's threads (a second took cores the oracle needs: an exact YOLOX scan ran at
         1.0-1.3x the speed with one in 5 alternating rounds, a sampled query 1.16x; at
         normal priority the scan of 96 frames took 0.58-0.61 s, niced 0.53-0.55 s)."""
-        from vidql.preprocess import frame_batches
-        from vidql.preprocess.pipeline import DECODER_NICE
-
         def clip_batches(positions: np.ndarray, batch_size: int):
             for o, local, _ in clip_map.pieces(positions):
                 self.check_clip(name, o, again=True)
