@@ -341,7 +341,7 @@ class Pipeline:
 
     def _emit_full(self, seq: int, source_index: int, pending: list) -> tuple[int, list]:
         """Emit every full batch in `pending`; returns the next seq and the frames left over."""
-        count = sum(len(names) for names, _ in pending)
+        count = sum(len(p[0]) for p in pending)
         while count >= self.batch_size:
             names = np.concatenate([p[0] for p in pending])
             pictures = np.concatenate([p[1] for p in pending])
