@@ -8,6 +8,8 @@ import time
 import traceback
 from pathlib import Path
 
+from vidql.base.errors import ParameterError
+
 from .registry import SCENARIOS, BenchContext, ScenarioResult
 
 SCENARIO_MODULES = ("scenarios_core", "scenarios_decode", "scenarios_index", "scenarios_queries",
@@ -42,8 +44,6 @@ def run(names: list[str], ctx: BenchContext) -> dict:
     registry = load_scenarios()
     unknown = [n for n in names if n not in registry]
     if unknown:
-        from vidql.base.errors import ParameterError
-
         raise ParameterError(f"unknown scenario(s) {', '.join(unknown)}; "
                              f"available: {', '.join(sorted(registry))}")
     ctx.out_dir.mkdir(parents=True, exist_ok=True)

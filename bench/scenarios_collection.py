@@ -29,6 +29,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+import vidql
+from vidql.base.errors import VidqlError
+from vidql.database import artifacts_dir_for
+from vidql.datasets import ensure_traffic, read_labels, write_labels
+from vidql.engine.sql.framestat import evaluate
+
 from .registry import BenchContext, ScenarioResult, pyplot, scenario
 from .scenarios_scale import (directory_bytes, in_child, index_step,
                               on_fresh_copies, peak_rss_mb, remove_database)
@@ -52,8 +58,6 @@ EDGE = 0.1  # the first and last 10% of the appends
 def synthetic_clips(ctx: BenchContext, n_clips: int, frames: int) -> tuple[Path, Path]:
     """(folder of `n_clips` clips cam0000.mp4 ..., their labels with a `clip` column), built
     once under the cache: the clips are generated once and hard-linked into a folder per N."""
-    from vidql.datasets import ensure_traffic, read_labels, write_labels
-
     cache = Path(ctx.cache_dir) / "collection"
     folder = cache / f"clips-{n_clips}x{frames}"
     labels = cache / f"clips-{n_clips}x{frames}.labels.parquet"
@@ -78,8 +82,6 @@ def synthetic_clips(ctx: BenchContext, n_clips: int, frames: int) -> tuple[Path,
 def real_clips(ctx: BenchContext) -> tuple[Path, Path] | None:
     """(../shared/data, a labels file of its clips with a `clip` column), or None when it
     holds no *.mp4 or *.avi or one of them has no `<stem>.labels.csv`."""
-    from vidql.datasets import read_labels, write_labels
-
     data = Path(ctx.shared_dir) / "data" if ctx.shared_dir else None
     if data is None or not data.is_dir():
         return None
@@ -95,9 +97,6 @@ def real_clips(ctx: BenchContext) -> tuple[Path, Path] | None:
 
 def exact_means(labels: Path, clip_frames: dict[str, int]) -> dict[str, float]:
     """The exact AVG of STAT per clip and over all clips ('*'), from the label file."""
-    from vidql.datasets import read_labels
-    from vidql.engine.sql.framestat import evaluate
-
     truth = read_labels(labels)
     sums = {}
     for clip, n in clip_frames.items():
@@ -109,8 +108,6 @@ def exact_means(labels: Path, clip_frames: dict[str, int]) -> dict[str, float]:
 
 def catalog_bytes(db_path: Path) -> int:
     """The database file (and WAL) with its artifacts folder."""
-    from vidql.database import artifacts_dir_for
-
     files = sum(Path(f"{db_path}{s}").stat().st_size for s in ("", ".wal")
                 if Path(f"{db_path}{s}").exists())
     return files + directory_bytes(artifacts_dir_for(db_path))
@@ -120,8 +117,6 @@ def catalog_bytes(db_path: Path) -> int:
 
 def load_step(db_path: str, source: str, labels: str) -> dict:
     """One LOAD VIDEO of `source` (timed), then the LABELS oracle; the clips' frame counts."""
-    import vidql
-
     before = peak_rss_mb()
     with vidql.connect(db_path, progress=False) as db:
         t0 = time.perf_counter()
@@ -139,8 +134,6 @@ def load_step(db_path: str, source: str, labels: str) -> dict:
 def append_step(db_path: str, videos: list[str]) -> dict:
     """The first clip with LOAD VIDEO ... AS, every other one with LOAD VIDEO ... INTO (each
     timed), into one database kept open as a user would."""
-    import vidql
-
     before = peak_rss_mb()
     seconds, cpu = [], []
     with vidql.connect(db_path, progress=False) as db:
@@ -165,8 +158,6 @@ def query_step(db_path: str, sqls: dict) -> dict:
 
 def query_figures(db, sql: str) -> dict:
     """One query's figures (see query_step), or {"sql", "refused"} when vidql refuses it."""
-    from vidql.base.errors import VidqlError
-
     t0 = time.perf_counter()
     try:
         df = db.sql(sql).df()

@@ -6,13 +6,16 @@ from pathlib import Path
 
 import numpy as np
 
+from vidql.datasets import ensure_traffic
+from vidql.engine.labels.oracle_kinds import make_oracle
+from vidql.preprocess.frames import FrameReader
+from vidql.preprocess.probe import probe_video
+
 from .registry import BenchContext, ScenarioResult, scenario
 
 
 def bench_videos(ctx: BenchContext, n_frames: int) -> list[Path]:
     """A synthetic 320×180 traffic video plus the real clips of ../shared/data."""
-    from vidql.datasets import ensure_traffic
-
     videos = [Path(ensure_traffic(ctx.cache_dir, n_frames, seed=ctx.seed)[0])]
     if ctx.shared_dir is not None:
         videos += sorted(p for p in (ctx.shared_dir / "data").glob("*")
@@ -22,9 +25,6 @@ def bench_videos(ctx: BenchContext, n_frames: int) -> list[Path]:
 
 @scenario("decode-only", "sequential decode to RGB at native size (frames/s), one thread")
 def decode_only(ctx: BenchContext) -> ScenarioResult:
-    from vidql.preprocess.frames import FrameReader
-    from vidql.preprocess.probe import probe_video
-
     rows = []
     for path in bench_videos(ctx, ctx.size(2000, 20000, tiny=100)):
         info = probe_video(path)
@@ -39,10 +39,6 @@ def decode_only(ctx: BenchContext) -> ScenarioResult:
 
 @scenario("oracle-throughput", "oracle throughput: YOLOX-Nano (onnxruntime) and a LABELS oracle, frames/s")
 def oracle_throughput(ctx: BenchContext) -> ScenarioResult:
-    from vidql.datasets import ensure_traffic
-    from vidql.engine.labels.oracle_kinds import make_oracle
-    from vidql.preprocess.frames import FrameReader
-
     rows = []
     video, labels = ensure_traffic(ctx.cache_dir, ctx.size(2000, 2000, tiny=100), seed=ctx.seed)
     n = ctx.size(64, 512, tiny=16)

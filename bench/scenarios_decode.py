@@ -20,7 +20,8 @@ import numpy as np
 
 from vidql.bench.registry import BenchContext, ScenarioResult, scenario
 from vidql.preprocess import FrameReader, FrameSpec, Normalize, Pipeline, make_rendition, probe_video
-from vidql.preprocess.gpu import cuda_available
+from vidql.datasets import ensure_traffic
+from vidql.preprocess.gpu import DeviceTransform, cuda_available
 from vidql.preprocess.rendition import rendition_size
 
 PROXY_SHORT_SIDE = 128
@@ -29,19 +30,7 @@ PROXY_SHORT_SIDE = 128
 def _synthetic_720p(ctx: BenchContext, n_frames: int) -> Path:
     folder = Path(ctx.cache_dir) / "decode"
     folder.mkdir(parents=True, exist_ok=True)
-    try:
-        from vidql.datasets import ensure_traffic
-    except ImportError:
-        ensure_traffic = None
-    if ensure_traffic is not None:
-        return Path(ensure_traffic(folder, n_frames, seed=ctx.seed, width=1280, height=720)[0])
-    from vidql.preprocess.testclip import write_counter_video
-
-    path = folder / f"counter_{n_frames}_1280x720.mp4"
-    if not path.exists():
-        write_counter_video(path.with_suffix(".tmp.mp4"), n_frames, 1280, 720, gop=30, bframes=2)
-        path.with_suffix(".tmp.mp4").rename(path)
-    return path
+    return Path(ensure_traffic(folder, n_frames, seed=ctx.seed, width=1280, height=720)[0])
 
 
 def _rate(fn) -> float:
@@ -108,8 +97,6 @@ def _runs(path: Path, info, size: tuple[int, int], rendition, workers: int) -> d
                                                     transform=Normalize()),
     }
     if cuda_available():
-        from vidql.preprocess.gpu import DeviceTransform
-
         runs["b_pipelined_original_cuda_resize"] = partial(
             pipelined, info, FrameSpec(), workers, transform=DeviceTransform("cuda", size, Normalize()))
         runs["c_pipelined_rendition_cuda_normalize"] = partial(

@@ -5,6 +5,9 @@ import time
 from pathlib import Path
 
 from vidql.engine.sql.sqlnames import sql_name
+import vidql
+from vidql.datasets import ensure_traffic
+from vidql.showcase import run_showcase, showcase_queries
 
 from .registry import BenchContext, ScenarioResult, scenario
 
@@ -17,9 +20,6 @@ def _dataset_rows(ctx: BenchContext, name: str, video: Path, oracle_sql: str, co
                   rare: str, many: int) -> list[dict]:
     """Load a video, build an index (≈2-5% of frames labelled), run the showcase, and time
     exact execution (a second oracle with its own cache labels every frame)."""
-    import vidql
-    from vidql.showcase import run_showcase, showcase_queries
-
     with vidql.connect(ctx.out_dir / f"e2e-{name}.db", progress=False) as db:
         if name in db.catalog.video_names():
             db.drop_video(name)
@@ -51,8 +51,6 @@ def _dataset_rows(ctx: BenchContext, name: str, video: Path, oracle_sql: str, co
 
 @scenario("e2e", "showcase queries: oracle calls and wall time vs exact execution, answer error")
 def e2e(ctx: BenchContext) -> ScenarioResult:
-    from vidql.datasets import ensure_traffic
-
     n = ctx.size(10_000, 100_000, tiny=300)
     video, labels = ensure_traffic(ctx.cache_dir, n, seed=1)
     rows = _dataset_rows(ctx, "traffic", Path(video),

@@ -29,9 +29,12 @@ from vidql.bench.registry import BenchContext, ScenarioResult, pyplot, scenario
 from vidql.engine.sql.framestat import evaluate
 from vidql.indexes import CompactCNN, TastiIndex, embed_source, propagate
 from vidql.indexes.embedders import network_embedder
-from vidql.indexes.network import to_tensor
+from vidql.indexes.network import cpu_threads, to_tensor
 from vidql.indexes.triplet import random_lighting
 from vidql.engine.sql.framestat import frame_statistic
+from vidql.datasets import ensure_traffic, read_labels
+from vidql.preprocess.concat import ConcatSource, LowResSource
+from vidql.preprocess.probe import probe_video
 
 STATISTICS = {  # statistic -> quality metric
     "objects('car')": "rho",
@@ -254,9 +257,6 @@ def engine_source(video: Path):
     """The frame source `CREATE INDEX` builds from for a video loaded without a rendition
     (the catalog's `lowres_source`): decoded ahead on the pipeline's threads, not in the
     caller's as a bare FrameReader would be."""
-    from vidql.preprocess.concat import ConcatSource, LowResSource
-    from vidql.preprocess.probe import probe_video
-
     return ConcatSource([LowResSource(probe_video(video))])
 
 
@@ -265,8 +265,6 @@ def embedding_pass_rates(source, index: TastiIndex, size, frames: int = 2000) ->
     embedder's forward pass alone (on `frames` frames, same threads as the build), and
     against `shared_cpu_fps`, the rate of the two run one after the other: where each
     alone keeps every core busy, running them side by side can do no better."""
-    from vidql.indexes.network import cpu_threads
-
     frames = min(frames, index.n_frames)
     threads = index.stats["torch_threads"]
     with cpu_threads(threads):
@@ -337,8 +335,6 @@ def _clip_statistics(detections: pd.DataFrame, n_frames: int, top: int = 3) -> d
                    "AUC) vs truth and propagation seconds, against a pixel-embedding index and "
                    "per-query CNN proxies at the same oracle budget")
 def run_index(ctx: BenchContext) -> ScenarioResult:
-    from vidql.datasets import ensure_traffic, read_labels
-
     n_frames = ctx.size(10_000, 100_000, tiny=1500)
     video, labels = ensure_traffic(ctx.cache_dir, n_frames, seed=ctx.seed)
     rows, synthetic = compare("synthetic-traffic", engine_source(video), read_labels(labels),

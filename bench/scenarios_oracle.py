@@ -4,11 +4,17 @@ onnxruntime setting (intra-op threads, and one-thread runs on several frames at 
 from __future__ import annotations
 
 import importlib
+import os
 import shutil
 import time
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
 import numpy as np
+
+import vidql
+from vidql.datasets import ensure_traffic
+from vidql.preprocess.frames import FrameReader
 
 from .registry import BenchContext, ScenarioResult, scenario
 
@@ -34,12 +40,8 @@ def raw_loop(model, clip, n: int, threads: int, runs: int = 1) -> dict:
     """Decode frames 0..n-1 in order, letterbox and run the model (BATCH frames a call, or
     one when the model's batch is fixed at 1), `runs` calls at once (threads; 0: one per
     core)."""
-    import os
-    from concurrent.futures import ThreadPoolExecutor
-
     import onnxruntime as ort
 
-    from vidql.preprocess.frames import FrameReader
 
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
@@ -76,8 +78,6 @@ def sampled_query(ctx: BenchContext, model, n: int, budget: int) -> dict:
     """An ORACLE BUDGET aggregate (frames sampled across the video, no index) over `n`
     frames of synthetic traffic with the ONNX oracle: wall seconds against the detector's
     own (letterbox, inference, NMS); the model is loaded before, as in `engine_scan`."""
-    from vidql.datasets import ensure_traffic
-
     video, _ = ensure_traffic(ctx.cache_dir, n, seed=1)
     with _onnx_database(ctx.out_dir / "oracle-sampled.db", video, model) as db:
         importlib.import_module("vidql.queries")  # loaded, as a long-lived process has it
@@ -94,8 +94,6 @@ def sampled_query(ctx: BenchContext, model, n: int, budget: int) -> dict:
 def _onnx_database(path, video, model):
     """A fresh database at `path` (removed after) with `video` as table `clip`, labelled by
     YOLOX-Nano, the model loaded (on the video's last frame)."""
-    import vidql
-
     for stale in (path, path.with_name(path.name + ".wal")):
         stale.unlink(missing_ok=True)
     try:

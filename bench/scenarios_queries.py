@@ -13,7 +13,15 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
+import pandas as pd
 
+import vidql
+from vidql.base.errors import VidqlError
+from vidql.datasets import ensure_traffic, read_labels
+from vidql.engine.planner import Binding
+from vidql.engine.sql.dialect import parse
+from vidql.engine.sql.framestat import evaluate, parse_frame_expr
+from vidql.preprocess.frames import FrameReader
 from vidql.queries import (aggregate_budget, aggregate_error_bound, find_rare, limit_query,
                            recall_adaptive, recall_binomial, recall_normal, supg_precision)
 
@@ -90,8 +98,6 @@ def onto_populations(ctx: BenchContext) -> list[Population]:
     path = Path(ctx.shared_dir) / "data" / "supg" / "onto.csv"
     if not path.exists():
         return []
-    import pandas as pd
-
     table = pd.read_csv(path)
     return [Population("onto (real)", table["proxy_score"].to_numpy(np.float64),
                        predicate=table["label"].to_numpy() > 0.5, temporal=False,
@@ -111,11 +117,7 @@ def traffic_populations(ctx: BenchContext) -> list[Population]:
 
 @functools.lru_cache(maxsize=2)
 def _traffic_populations(cache_dir: Path, n: int, seed: int) -> tuple[Population, ...]:
-    from vidql.datasets import ensure_traffic, read_labels
-    from vidql.base.errors import VidqlError
-    from vidql.engine.sql.framestat import evaluate
-    from vidql.indexes import TastiIndex
-    from vidql.preprocess.frames import FrameReader
+    from vidql.indexes import TastiIndex  # FAISS and the index code load for this population only
 
     from .scenarios_index import LABEL_FRACTION, SIZE, CountingLabels
 
@@ -159,11 +161,6 @@ def clip_populations(ctx: BenchContext) -> list[Population]:
 
 @functools.lru_cache(maxsize=1)
 def _clip_population(data: Path) -> Population:
-    import vidql
-    from vidql.engine.sql.dialect import parse
-    from vidql.engine.sql.framestat import parse_frame_expr
-    from vidql.engine.planner import Binding
-
     bus, cars = parse_frame_expr("contains('bus')"), parse_frame_expr("objects('car')")
     with vidql.connect(progress=False) as db:
         db.sql(f"LOAD VIDEO '{data / 'highway.avi'}' AS v; CREATE ORACLE t FROM LABELS "

@@ -20,6 +20,7 @@ VIDQL_SCALE_INDEX override them with JSON) so the build can be tuned without cod
 """
 from __future__ import annotations
 
+import copy
 import json
 import os
 import resource
@@ -32,6 +33,13 @@ from pathlib import Path
 import numpy as np
 
 from vidql.engine.sql.sqlnames import sql_name
+import vidql
+from vidql.base.errors import ParameterError
+from vidql.database import artifacts_dir_for
+from vidql.datasets import ensure_traffic, read_labels
+from vidql.engine import planner
+from vidql.engine.sql.dialect import parse
+from vidql.engine.sql.framestat import evaluate
 
 from .registry import BenchContext, ScenarioResult, pyplot, scenario
 from .scenarios_queries import most_separated
@@ -74,8 +82,6 @@ QUERY_FIGURES = ("sql", "seconds", "oracle_calls", "cache_hits", "labels_used", 
 
 def scale_sizes(quick: bool) -> tuple[int, ...]:
     """Frame counts to run: VIDQL_SCALE_SIZES (comma-separated) or the quick/full defaults."""
-    from vidql.base.errors import ParameterError
-
     text = os.environ.get("VIDQL_SCALE_SIZES", "").strip()
     if not text:
         return SIZES_QUICK if quick else SIZES_FULL
@@ -92,8 +98,6 @@ def scale_sizes(quick: bool) -> tuple[int, ...]:
 def build_options() -> tuple[dict, dict]:
     """(LOAD VIDEO options, CREATE INDEX options): LOAD_OPTIONS and INDEX_OPTIONS, or JSON
     objects in VIDQL_SCALE_LOAD and VIDQL_SCALE_INDEX."""
-    from vidql.base.errors import ParameterError
-
     chosen = []
     for variable, default in (("VIDQL_SCALE_LOAD", LOAD_OPTIONS),
                               ("VIDQL_SCALE_INDEX", INDEX_OPTIONS)):
@@ -143,8 +147,6 @@ def in_child(fn, *args) -> dict:
 def load_step(db_path: str, video: str, labels: str, options: dict) -> dict:
     """LOAD VIDEO (timed, peak RSS read before anything else runs), then register the truth
     as the video's LABELS oracle."""
-    import vidql
-
     before = peak_rss_mb()
     with vidql.connect(db_path, progress=False) as db:
         t0 = time.perf_counter()
@@ -158,7 +160,6 @@ def load_step(db_path: str, video: str, labels: str, options: dict) -> dict:
 def index_step(db_path: str, options: dict, video: str = VIDEO, index: str = INDEX) -> dict:
     """CREATE INDEX `index` on `video` (timed) with `options`; its oracle calls and
     per-stage seconds."""
-    import vidql
     import vidql.indexes  # noqa: F401  (torch and the index code load before rss_before_mb)
 
     before = peak_rss_mb()
@@ -176,8 +177,6 @@ def copy_database(src: Path, dst: Path) -> None:
     """Copy a closed database file (and WAL) with its artifact folder, and flush the copy to
     disk: a query's first fsync must not also write back the copy (0.5 GB at 1M frames),
     which a database at rest does not ask of it."""
-    from vidql.database import artifacts_dir_for
-
     remove_database(dst)
     for suffix in ("", ".wal"):
         if Path(f"{src}{suffix}").exists():
@@ -187,8 +186,6 @@ def copy_database(src: Path, dst: Path) -> None:
 
 
 def remove_database(path: Path) -> None:
-    from vidql.database import artifacts_dir_for
-
     for suffix in ("", ".wal"):
         Path(f"{path}{suffix}").unlink(missing_ok=True)
     shutil.rmtree(artifacts_dir_for(path), ignore_errors=True)
@@ -197,8 +194,6 @@ def remove_database(path: Path) -> None:
 def on_fresh_copies(db_path: str, sqls: dict, measure) -> dict:
     """{key: measure(db, sql)} for each query of `sqls`, each run on a fresh copy of the
     database at `db_path` (so its label cache holds only what the original held)."""
-    import vidql
-
     base = Path(db_path)
     work = base.with_name(base.stem + "-query.db")
     out = {}
@@ -216,8 +211,6 @@ def query_step(db_path: str, labels: str, sqls: dict) -> dict:
     """Each query of `sqls` through SQL and on arrays, QUERY_REPEATS times, each on a fresh
     copy of the indexed database (so its label cache holds only the index's labels);
     figures per kind from its median run (`median_run`)."""
-    from vidql.datasets import read_labels
-
     detections = read_labels(labels)
     runs = [on_fresh_copies(db_path, sqls, lambda db, sql: measure_query(db, sql, detections))
             for _ in range(QUERY_REPEATS)]
@@ -239,8 +232,6 @@ def median_run(runs: list[dict]) -> dict:
 def measure_query(db, sql: str, detections) -> dict:
     """Run the planner's operator on arrays, then `sql`, with the same seed and inputs (the
     arrays first: the SQL query cracks the index, which changes its proxy)."""
-    from vidql.engine.sql.dialect import parse
-
     q = parse(sql)
     array_seconds, hot_seconds, array_calls, array_df = array_operator(db, q, detections)
     t0 = time.perf_counter()
@@ -281,11 +272,6 @@ def array_operator(db, q, detections) -> tuple:
     baseline: at 10k frames a 1.7 ms operator took 2.4 ms there, the SQL query's operator
     outside its label callbacks 2.5 ms). The seconds leave out evaluating the statistics on
     `detections`, which stands in for the oracle, and propagating the proxy."""
-    import copy
-
-    from vidql.engine.sql.framestat import evaluate
-    from vidql.engine.planner import Binding, run_operator
-
     setup = [0.0]
     evaluated, proxies = {}, {}
 
@@ -317,14 +303,14 @@ def array_operator(db, q, detections) -> tuple:
         arrays.truths, arrays.proxy = truths, proxy
         setup[0] = 0.0
         t0 = time.perf_counter()
-        df = run_operator(arrays, q, seed, b.report(q.kind, seed))
+        df = planner.run_operator(arrays, q, seed, b.report(q.kind, seed))
         return time.perf_counter() - t0 - setup[0], int(asked.sum()), df
 
-    b = Binding(db, q)
+    b = planner.Binding(db, q)
     seed = b.sampling_seed(q.clauses.seed)
     timed_run(b)  # warm-up
     hot, _, _ = timed_run(b)
-    seconds, calls, df = timed_run(Binding(db, q))
+    seconds, calls, df = timed_run(planner.Binding(db, q))
     return seconds, hot, calls, df
 
 
@@ -336,10 +322,6 @@ def directory_bytes(path: Path) -> int:
 
 def measure_size(ctx: BenchContext, n: int, load_options: dict, index_options: dict) -> dict:
     """Generate (or reuse) N frames of traffic, then load, index and query them."""
-    from vidql.database import artifacts_dir_for
-    from vidql.datasets import ensure_traffic, read_labels
-    from vidql.engine.sql.framestat import evaluate
-
     t0 = time.perf_counter()
     video, labels = ensure_traffic(ctx.cache_dir, n, seed=TRAFFIC_SEED)
     generate = time.perf_counter() - t0

@@ -7,6 +7,9 @@ import time
 
 import numpy as np
 
+import vidql
+from vidql.datasets import ensure_traffic
+
 from .registry import BenchContext, ScenarioResult, scenario
 
 RAY_CPUS = 2
@@ -37,8 +40,6 @@ class BusyOracle:
 def _scan(video, labels, executor: str, workers: int | None, work: int) -> dict:
     """The exact query over every frame, nothing cached; the oracle (and its actors) is
     started first on the last frame, as a model would be loaded before a scan."""
-    import vidql
-
     with vidql.connect(progress=False, executor=executor, workers=workers) as db:
         db.sql(f"LOAD VIDEO '{video}' AS t; CREATE ORACLE busy FROM PYTHON '{ORACLE}' "
                f"WITH (work = {work}, batch_size = 32); SET ORACLE t = busy")
@@ -54,8 +55,6 @@ def _scan(video, labels, executor: str, workers: int | None, work: int) -> dict:
 def _index(video, labels, executor: str, workers: int | None, seed: int) -> dict:
     """CREATE INDEX (pixel embedder) twice in one database: the second, timed, finds the
     Ray workers started (its representatives' labels are cached by the first)."""
-    import vidql
-
     with vidql.connect(progress=False, executor=executor, workers=workers) as db:
         db.sql(f"LOAD VIDEO '{video}' AS t; CREATE ORACLE truth FROM LABELS '{labels}'; "
                "SET ORACLE t = truth")
@@ -77,8 +76,6 @@ def scale_out(ctx: BenchContext) -> ScenarioResult:
         import ray
     except ImportError:
         return ScenarioResult(figures={"skipped": "needs ray: pip install 'vidql[ray]'"})
-    from vidql.datasets import ensure_traffic
-
     n = ctx.size(1500, 10_000, tiny=120)
     work = ctx.size(60, 60, tiny=1)
     video, labels = ensure_traffic(ctx.cache_dir, n, seed=1)

@@ -15,6 +15,8 @@ from typing import Callable, Iterator
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from vidql.base.detections import DETECTION_COLUMNS, FLOAT_COLUMNS
 from vidql.base.errors import VidqlError
@@ -75,8 +77,6 @@ def _column_reader(path: Path, fmt: str) -> tuple[list[str], Callable[[str], pd.
         df = pd.read_csv(path, dtype={"label": "str"}, keep_default_na=False,
                          na_values={c: [""] for c in ["frame"] + FLOAT_COLUMNS})
         return _check_present(df.columns, path), df.pop
-    import pyarrow.parquet as pq
-
     parquet = pq.ParquetFile(path)
     return (_check_present(parquet.schema_arrow.names, path),
             lambda name: _parquet_column(parquet, name))
@@ -113,8 +113,6 @@ def _checked_columns(path: Path, fmt: str) -> Iterator[tuple[str, np.ndarray | p
 def _parquet_column(parquet, name: str) -> pd.Series:
     """Column `name` of a ParquetFile as pandas, text dictionary-encoded, copied out of
     Arrow's memory pool, which is then emptied (it would keep freed columns)."""
-    import pyarrow as pa
-
     column = parquet.read(columns=[name], use_threads=False).column(name)
     if name in TEXT_COLUMNS and (pa.types.is_string(column.type)
                                  or pa.types.is_large_string(column.type)):

@@ -31,6 +31,7 @@ from typing import Iterator
 
 import numpy as np
 import pandas as pd
+from tqdm import tqdm
 
 from vidql.base.errors import ParameterError
 
@@ -185,6 +186,4 @@ def _visible_fraction(frame, x1, y1, x2, y2, W: int, H: int) -> np.ndarray:
 def progress_bar(total: int, enabled: bool, desc: str):
     if not enabled:
         return None
-    from tqdm import tqdm
-
     return tqdm(total=total, desc=desc, unit="frame")

@@ -6,6 +6,7 @@ import queue
 import threading
 from pathlib import Path
 
+import av
 import pandas as pd
 
 from vidql.base.errors import ParameterError
@@ -59,8 +60,6 @@ def generate_traffic(path: str | os.PathLike, n_frames: int, *, width: int = 320
     Decoded frame i is rendered frame i. The file appears only when complete (written to a
     temporary file in the same folder, then renamed). Speeds are per frame; `fps` only sets
     the timestamps."""
-    import av
-
     from .traffic_render import TrafficRenderer  # OpenCV loads only when pixels are drawn
 
     if int(gop) < 1 or int(fps) < 1:

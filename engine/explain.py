@@ -11,6 +11,7 @@ import functools
 import numpy as np
 import pandas as pd
 
+from vidql import queries
 from vidql.engine.sql.dialect import Query
 from vidql.engine.exact import bind_query, functions_known, label_bounds, label_reads, needed_frames
 from vidql.engine.sql.framestat import FrameExpr, frame_statistic, is_predicate
@@ -19,6 +20,7 @@ from vidql.engine.planner import (OPERATORS, Binding, cap_ran_out, column_groups
                       group_codes, grouped_error_bound, predicate_expr, query_confidence)
 from vidql.engine.pricing import TIMING_FRAMES, Price, oracle_ms, price, uniform_draw
 from vidql.engine.result import Report, Result
+from vidql.queries import selection_forecast
 
 
 def explain(db, q: Query) -> Result:
@@ -67,8 +69,6 @@ def _estimate_selection(proxy: np.ndarray, q: Query, report: Report) -> int:
     """RECALL/PRECISION TARGET: with the proxy taken as calibrated, the set the budget would
     certify (size, precision, recall) and the budgets for a set within 2x and 5x of the
     estimated positives; returns the oracle calls it expects to spend."""
-    from vidql.queries import selection_forecast
-
     c = q.clauses
     target = c.recall_target if q.kind == "select_recall" else c.precision_target
     kind = "recall" if q.kind == "select_recall" else "precision"
@@ -153,8 +153,6 @@ def _estimate_approximate(b: Binding, q: Query, report: Report
     # with SEED, the dry run draws the frames the query will draw
     seed = 0 if c.seed is None else b.sampling_seed(int(c.seed))
     if q.kind == "limit":
-        from vidql import queries
-
         pred = predicate_expr(q)
         flags = stand_in(pred)
         ranking = b.proxy(pred)

@@ -9,6 +9,7 @@ import duckdb
 import numpy as np
 import pandas as pd
 
+from vidql import queries
 from vidql.engine.catalog.catalog import quote_name
 from vidql.engine.sql.dialect import Query
 from vidql.base.errors import CatalogError, QueryError
@@ -312,8 +313,6 @@ def count_star(q: Query) -> bool:
 def error_bound(b: Binding, q: Query, seed: int, report: Report, truths=None):
     """Run the ERROR WITHIN operator; `truths` (default: the oracle through the label
     cache) maps statistics to a callback positions -> values, as Binding.truths does."""
-    from vidql import queries
-
     ratio, fn, proxy, common = _error_bound_operands(b, q, seed, report, truths)
     if ratio:
         return queries.aggregate_ratio_error_bound(b.n, fn, **common)
@@ -372,16 +371,12 @@ def grouped_error_bound(b: Binding, q: Query, seed: int, report: Report, codes: 
                         truths=None):
     """ERROR WITHIN per group (`codes`: a group number per population position), every
     group within its error bound at once; `truths` as in error_bound."""
-    from vidql import queries
-
     ratio, fn, proxy, common = _error_bound_operands(b, q, seed, report, truths)
     return queries.grouped_error_bound(codes, fn, proxy=proxy, ratio=ratio, **common)
 
 
 def _run_column_groups(b: Binding, q: Query, seed: int, report: Report) -> pd.DataFrame:
     """GROUP BY the video table's columns: one row per group (NULL keys form one group)."""
-    from vidql import queries
-
     agg, conf = q.aggregate, query_confidence(q)
     codes, keys = group_codes(b, q)
     sizes = np.bincount(codes, minlength=len(keys))
@@ -533,8 +528,6 @@ def _labels_ahead_as(fn, source):
 
 
 def _run_budget(b: Binding, q: Query, seed: int, report: Report, stat, pred, conf) -> pd.DataFrame:
-    from vidql import queries
-
     agg = q.aggregate
     budget = q.clauses.budget
     group = _group_expr(q) if q.group_by else None
@@ -592,8 +585,6 @@ def _budget_proxy(b: Binding, stat, pred, report: Report, group=None) -> np.ndar
 def run_recall(proxy, is_true, c, conf: float, seed: int):
     """RECALL TARGET: exact binomial test (default), adaptive with UP TO, or SUPG's normal
     approximation with APPROXIMATE. Returns (result, how the guarantee holds)."""
-    from vidql import queries
-
     common = dict(target=c.recall_target, confidence=conf, seed=seed)
     if c.approximate:
         return (queries.recall_normal(proxy, is_true, budget=c.budget, **common),
@@ -606,8 +597,6 @@ def run_recall(proxy, is_true, c, conf: float, seed: int):
 
 
 def _run_selection(b: Binding, q: Query, seed: int, report: Report) -> pd.DataFrame:
-    from vidql import queries
-
     pred = predicate_expr(q)
     truth = b.truth(pred)
     is_true = lambda positions: truth(positions) > 0

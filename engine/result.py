@@ -5,11 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+import pyarrow as pa
+
 from vidql.engine.sql.sqlnames import quote_name
 
 if TYPE_CHECKING:
     import duckdb
-    import pyarrow as pa
 
     from vidql.engine.labels.cache import LabelStats
 
@@ -93,8 +94,6 @@ class Result:
     @classmethod
     def of(cls, con: duckdb.DuckDBPyConnection, rows, report: Report | None = None) -> "Result":
         """From a pandas DataFrame or a DuckDB relation (which runs once, here)."""
-        import pyarrow as pa
-
         if hasattr(rows, "iloc"):
             return cls(con, pa.Table.from_pandas(rows, preserve_index=False), report)
         table = rows.to_arrow_table()

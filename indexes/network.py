@@ -8,6 +8,7 @@ from contextlib import contextmanager
 
 import numpy as np
 import torch
+from threadpoolctl import threadpool_limits
 from torch import nn
 
 from vidql.preprocess.pipeline import DECODER_NICE, cpu_count, decoder_threads
@@ -56,8 +57,6 @@ def cpu_threads(n: int, blas: int = 1):
     SVD, FAISS), then restore the caller's settings. One BLAS thread by default: the PCA's
     SVD ran several times faster single-threaded on a shared 2-core machine, and its
     results then do not depend on the thread count."""
-    from threadpoolctl import threadpool_limits
-
     previous = torch.get_num_threads()
     torch.set_num_threads(max(1, int(n)))
     try:

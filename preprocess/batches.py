@@ -6,7 +6,10 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
+from tqdm import tqdm
+
 from vidql.base.errors import ParameterError
+from vidql.preprocess.gpu import DeviceTransform, dali_frame_batches
 from vidql.preprocess.pipeline import Batch, Pipeline, located
 from vidql.preprocess.placement import Placement, plan_placement
 from vidql.preprocess.source import as_source
@@ -53,8 +56,6 @@ def run_pipeline(sources, consumer: Callable[[Batch], Any], *, size: tuple[int, 
     with Pipeline(sources, batch_size=batch_size, frames=frames, workers=workers, **args) as pipeline:
         bar = None
         if progress:
-            from tqdm import tqdm
-
             bar = tqdm(total=pipeline.total_frames, unit="frame", desc="preprocess")
         try:
             for batch in pipeline:
@@ -88,8 +89,6 @@ def placed_args(source, size, spec, transform, normalize, placement, workers, fr
     if chosen.decode == "dali":
         if dali_batch_size is None or frames is not None or isinstance(source, (list, tuple)):
             raise ParameterError("DALI decoding reads one whole video; use placement='cuda' here")
-        from vidql.preprocess.gpu import DeviceTransform, dali_frame_batches
-
         src = as_source(source)
         finish = DeviceTransform("cuda", None, normalize) if normalize is not None else None
         batches = dali_frame_batches(src.path, size=size, batch_size=dali_batch_size, info=src.info)

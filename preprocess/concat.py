@@ -8,6 +8,9 @@ from pathlib import Path
 import numpy as np
 
 from vidql.base.errors import ParameterError, VidqlError
+from vidql.preprocess.batches import frame_batches
+from vidql.preprocess.frames import FrameReader
+from vidql.preprocess.rendition import Rendition
 
 # decoded frames the embedding passes may hold ahead: a quarter of the pipeline's default,
 # enough to keep the embedder fed, so an index build's memory stays flat
@@ -22,8 +25,6 @@ class LowResSource:
     DEFAULT_SHORT_SIDE = 36
 
     def __init__(self, info, rendition_dir: Path | None = None):
-        from vidql.preprocess.rendition import Rendition
-
         self.info = info
         self.n_frames = info.frame_count
         self.rendition = Rendition.load(rendition_dir) if rendition_dir else None
@@ -43,15 +44,11 @@ class LowResSource:
         return max(2, round(w * scale / 2) * 2), max(2, round(h * scale / 2) * 2)
 
     def read(self, frames, size=None) -> np.ndarray:
-        from vidql.preprocess.frames import FrameReader
-
         reader = self.rendition.open() if self.rendition else FrameReader(self.info.path, self.info)
         with reader:
             return reader.read(frames, size=size)
 
     def iter_batches(self, batch_size: int, start: int = 0, stop: int | None = None, size=None):
-        from vidql.preprocess.batches import frame_batches
-
         stop = self.n_frames if stop is None else stop
         frames = None if (start, stop) == (0, self.n_frames) else np.arange(start, stop)
         with closing(frame_batches(self.rendition or self.info, size=size, batch_size=batch_size,

@@ -317,12 +317,10 @@ class Pipeline:
     def _batcher(self) -> None:
         seq = 0
         pending: list[tuple[np.ndarray, np.ndarray]] = []
-        pending_count = 0
         current = None
         for chunk in self.chunks:
             if chunk.source != current and pending:
-                seq = self._emit(seq, current, pending)
-                pending, pending_count = [], 0
+                seq, pending = self._emit(seq, current, pending), []
             current = chunk.source
             while True:
                 item = self._get(self._chunk_queues[chunk.seq])
@@ -332,23 +330,31 @@ class Pipeline:
                     self._in_flight.release()
                     break
                 if item[0] == "error":
-                    if pending:
-                        seq = self._emit(seq, current, pending)
-                    self._put(self._batches, ("error", seq, item[1]))
+                    self._emit_error(seq, current, pending, item[1])
                     return
                 pending.append((item[1], item[2]))
-                pending_count += len(item[1])
-                while pending_count >= self.batch_size:
-                    names = np.concatenate([p[0] for p in pending])
-                    pictures = np.concatenate([p[1] for p in pending])
-                    seq = self._emit(seq, current, [(names[:self.batch_size], pictures[:self.batch_size])])
-                    rest = len(names) - self.batch_size
-                    pending = [(names[self.batch_size:], pictures[self.batch_size:])] if rest else []
-                    pending_count = rest
+                seq, pending = self._emit_full(seq, current, pending)
         if pending:
             seq = self._emit(seq, current, pending)
         for _ in range(self.transform_workers):
             self._put(self._batches, ("end", seq))
+
+    def _emit_full(self, seq: int, source_index: int, pending: list) -> tuple[int, list]:
+        """Emit every full batch in `pending`; returns the next seq and the frames left over."""
+        count = sum(len(p[0]) for p in pending)
+        while count >= self.batch_size:
+            names = np.concatenate([p[0] for p in pending])
+            pictures = np.concatenate([p[1] for p in pending])
+            seq = self._emit(seq, source_index, [(names[:self.batch_size], pictures[:self.batch_size])])
+            count = len(names) - self.batch_size
+            pending = [(names[self.batch_size:], pictures[self.batch_size:])] if count else []
+        return seq, pending
+
+    def _emit_error(self, seq: int, source_index: int, pending: list, exc: BaseException) -> None:
+        """Emit the frames decoded before a decoder's error, then the error."""
+        if pending:
+            seq = self._emit(seq, source_index, pending)
+        self._put(self._batches, ("error", seq, exc))
 
     def _emit(self, seq: int, source_index: int, parts) -> int:
         source = self.sources[source_index]

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from vidql.base.errors import ParameterError
-from vidql.preprocess.gpu import DeviceTransform, cuda_available, dali_available
+from vidql.preprocess.gpu import DeviceTransform, cuda_available, dali_available, dali_frame_batches
 from vidql.preprocess.pipeline import Pipeline
 from vidql.preprocess.source import as_source
 from vidql.preprocess.transforms import FrameSpec, Normalize
@@ -103,8 +103,6 @@ def measure_stages(source, size: tuple[int, int] | None, normalize: Normalize | 
             rates["normalize_cuda"] = _call_rate(DeviceTransform("cuda", None, normalize), small, sync)
             rates["resize_normalize_cuda"] = _call_rate(DeviceTransform("cuda", size, normalize), full, sync)
     if dali:
-        from vidql.preprocess.gpu import dali_frame_batches
-
         start, count = time.perf_counter(), 0
         for indices, _ in dali_frame_batches(source.path, size=size, batch_size=batch_size, info=source.info):
             count += len(indices)

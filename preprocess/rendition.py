@@ -30,6 +30,7 @@ from typing import Iterator, Sequence
 
 import av
 import numpy as np
+from tqdm import tqdm
 
 from vidql.base.errors import ParameterError, VidqlError, VideoError
 from vidql.preprocess.frames import FrameReader, Size
@@ -193,8 +194,6 @@ def _transcode(info: VideoInfo, out: Path, frames: np.ndarray, size: tuple[int, 
     rate = Fraction(info.fps).limit_denominator(1001) if info.fps > 0 else Fraction(30)
     bar = None
     if progress:
-        from tqdm import tqdm
-
         bar = tqdm(total=len(frames), desc=f"rendition {Path(info.path).name}", unit="frame")
     try:
         with av.open(str(out), mode="w") as container, FrameReader(info.path, info) as reader:

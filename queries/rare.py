@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Callable
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from vidql.base.errors import ParameterError
 from vidql.base.ranges import MIN_RARE_BUDGET
@@ -125,8 +126,6 @@ def one_blas_thread():
     """A block whose BLAS and OpenMP calls run on one thread: the classifier's are small, and
     on 2 cores a FIND RARE on 10k frames took 38-52 ms against 83-243 ms with two
     threads; its scores (and so its answer) then do not depend on the machine's cores."""
-    from threadpoolctl import threadpool_limits
-
     return threadpool_limits(limits=1)
 
 

@@ -1,4 +1,4 @@
-"""The layering of ARCHITECTURE.md, checked on the source: every import between vidql's
+"""The layering of docs/architecture.md, checked on the source: every import between vidql's
 modules (function-local ones included) points downwards, and no two files import each
 other, directly or through a cycle."""
 from __future__ import annotations

@@ -18,6 +18,8 @@ import numpy as np
 from vidql.base.errors import ParameterError
 from vidql.base.ranges import FINITE, WHOLE
 from vidql.engine.sql.sqlnames import sql_name
+from vidql.engine.executor import run_query
+from vidql.engine.sql.dialect import parse
 
 
 def sql_literal(value) -> str:
@@ -168,9 +170,6 @@ class VideoQuery:
         return " WHERE " + " AND ".join(f"({p})" for p in self.predicates) if self.predicates else ""
 
     def _run(self, sql: str):
-        from vidql.engine.sql.dialect import parse
-        from vidql.engine.executor import run_query
-
         return run_query(self.db, parse(sql))
 
     def to_sql(self, kind: str, *args, **kw) -> str:

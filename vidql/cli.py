@@ -6,8 +6,12 @@ import os
 import sys
 from pathlib import Path
 
-from vidql.display import print_result
+import vidql
 from vidql.base.errors import VidqlError
+from vidql.bench.registry import BenchContext
+from vidql.bench import runner
+from vidql.display import print_result
+from vidql.shell import Shell
 
 DEFAULT_CACHE = Path(os.environ.get("VIDQL_CACHE", Path.home() / ".cache" / "vidql"))
 
@@ -21,16 +25,12 @@ def _shared_dir() -> Path | None:
 
 
 def cmd_sql(args) -> int:
-    import vidql
-
     with vidql.connect(args.db, read_only=args.read_only) as db:
         print_result(db.sql(args.query))
     return 0
 
 
 def cmd_load(args) -> int:
-    import vidql
-
     with vidql.connect(args.db) as db:
         row = db.load_video(args.path, args.name, rendition=args.rendition,
                             skip_bad=args.skip_bad, into=args.into,
@@ -45,29 +45,24 @@ def cmd_load(args) -> int:
 
 
 def cmd_shell(args) -> int:
-    from vidql.shell import Shell
-
     return Shell(args.db, read_only=args.read_only).run()
 
 
 def cmd_demo(args) -> int:
-    from vidql.demo import run_demo
+    from vidql.demo import run_demo  # pandas and the data sets: 0.5 s that `vidql --help` need not wait for
 
     return run_demo(db_path=args.db, cache_dir=Path(args.cache), n_frames=args.frames)
 
 
 def cmd_bench(args) -> int:
-    from vidql.bench.registry import BenchContext
-    from vidql.bench.runner import load_scenarios, run
-
     if args.list:
-        for name, (description, _) in sorted(load_scenarios().items()):
+        for name, (description, _) in sorted(runner.load_scenarios().items()):
             print(f"{name:12s} {description}")
         return 0
     ctx = BenchContext(out_dir=Path(args.out), quick=args.quick, tiny=args.tiny, seed=args.seed,
                        shared_dir=_shared_dir() if not args.no_shared else None,
                        cache_dir=Path(args.cache))
-    report = run(args.scenario, ctx)
+    report = runner.run(args.scenario, ctx)
     failed = [n for n, e in report["scenarios"].items() if "error" in e]
     print(f"wrote {ctx.out_dir / 'results.json'} and {ctx.out_dir / 'report.md'}")
     return 1 if failed else 0

@@ -8,11 +8,15 @@ from pathlib import Path
 import duckdb
 import pandas as pd
 
+from vidql.api import VideoQuery
 from vidql.engine.catalog.catalog import Catalog
 from vidql.engine.catalog.indexstore import IndexStore
 from vidql.base.errors import CatalogError, OracleError, ParameterError, VideoError, VidqlError
 from vidql.engine.sql.sqlnames import ORACLE_KINDS
+from vidql.engine.catalog.ray_executor import executor_name, make_executor
+from vidql.engine.executor import execute_script
 from vidql.engine.labels.cache import LabelCache
+from vidql.engine.sql.framestat import frame_statistic
 
 
 STORE_CATALOG = "vidql_store"
@@ -36,8 +40,6 @@ class Database:
     def __init__(self, path: str | Path | None = None, *, progress: bool = True,
                  read_only: bool = False, executor: str | None = None,
                  workers: int | None = None):
-        from vidql.engine.catalog.ray_executor import executor_name
-
         executor = executor_name(executor)  # checked before anything opens
         self._tmp = None
         if path is None:
@@ -117,8 +119,6 @@ class Database:
         """SET EXECUTOR: 'local' (this process), 'ray' (the Ray cluster of $RAY_ADDRESS, or a
         local one) or 'ray://host:port'; None reads $VIDQL_EXECUTOR. `workers`: Ray oracle
         actors and embedding tasks at a time (default: the cluster's CPUs)."""
-        from vidql.engine.catalog.ray_executor import executor_name, make_executor
-
         name = executor_name(executor)
         if name != self.executor or workers is not None:
             self.catalog.set_executor(make_executor(name, workers))
@@ -215,22 +215,16 @@ class Database:
         if idx is None:
             raise CatalogError(f"video {video!r} has no index for oracle {cache.oracle.name!r}: "
                                f"CREATE INDEX ... ON {video} USING TASTI")
-        from vidql.engine.sql.framestat import frame_statistic
-
         return idx.proxy(frame_statistic(statistic))
 
     # ---- queries ------------------------------------------------------------------
     def video(self, name: str):
         """Start a Python query over a video: `db.video("night").where(...).select(...)`."""
-        from vidql.api import VideoQuery
-
         return VideoQuery(self, self.catalog.video_row(name)["name"])
 
     def sql(self, query: str):
         """Run one statement or a `;`-separated script; returns the last one's Result (None
         for a statement without rows). The caller's Result variables read as tables by name."""
-        from vidql.engine.executor import execute_script
-
         caller = inspect.currentframe().f_back
         return execute_script(self, query, {**caller.f_globals, **caller.f_locals})
 

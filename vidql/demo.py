@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 import vidql
+from vidql.datasets import ensure_traffic
 from vidql.display import print_result
 from vidql.engine.sql.sqlnames import sql_name
 from vidql.showcase import run_showcase, showcase_queries
@@ -16,8 +17,6 @@ from vidql.showcase import run_showcase, showcase_queries
 DEMO_SEED = 1  # its first bus episode falls inside the default 4000 frames
 
 def run_demo(db_path: str | None, cache_dir: Path, n_frames: int = 4000) -> int:
-    from vidql.datasets import ensure_traffic
-
     t_start = time.perf_counter()
     print(f"generating a {n_frames}-frame synthetic traffic video (cached in {cache_dir}) ...")
     video, labels = ensure_traffic(cache_dir, n_frames, seed=DEMO_SEED)

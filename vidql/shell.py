@@ -1,13 +1,15 @@
 """`vidql shell`: an interactive prompt for the dialect, with history and readable tables."""
 from __future__ import annotations
 
+import atexit
 import os
 import sys
 from contextlib import contextmanager
 from pathlib import Path
 
-from vidql.display import print_result
+import vidql
 from vidql.base.errors import VidqlError
+from vidql.display import print_result
 
 HISTORY = Path(os.environ.get("VIDQL_HISTORY", Path.home() / ".vidql_history"))
 HELP = """Statements end with ';'. Examples:
@@ -24,8 +26,6 @@ class Shell:
     the session."""
 
     def __init__(self, db_path: str | None, stdin=None, stdout=None, *, read_only: bool = False):
-        import vidql
-
         self.db_path = db_path
         self.read_only = read_only
         # in memory, the database lives as long as the shell; a file is opened per statement
@@ -37,8 +37,6 @@ class Shell:
 
     @contextmanager
     def _database(self):
-        import vidql
-
         if self.memory is not None:
             yield self.memory
             return
@@ -56,7 +54,7 @@ class Shell:
 
     def _setup_history(self) -> None:
         try:
-            import readline
+            import readline  # optional, and loading it changes how input() reads a line
         except ImportError:
             return
         self.readline = readline
@@ -64,8 +62,6 @@ class Shell:
             readline.read_history_file(HISTORY)
         except OSError:
             pass
-        import atexit
-
         atexit.register(lambda: readline.write_history_file(HISTORY))
 
     def _one_history_entry(self, first: int, text: str) -> None:
@@ -79,12 +75,16 @@ class Shell:
     def _history_length(self) -> int:
         return self.readline.get_current_history_length() if self.readline else 0
 
-    def run(self) -> int:
+    def _welcome(self) -> None:
+        """At a terminal: load the history and greet."""
         if self.interactive:
             self._setup_history()
             where = "in memory" if self.db_path is None else self.db_path
             print(f"vidql shell on {where}{' (read-only)' if self.read_only else ''}; "
                   f".help for help", file=self.stdout)
+
+    def run(self) -> int:
+        self._welcome()
         buffer: list[str] = []
         first = 0
         while True:

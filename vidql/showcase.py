@@ -2,6 +2,7 @@
 approximate answer against the exact one. Used by `vidql demo` and the `e2e` benchmark."""
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import pandas as pd
@@ -74,8 +75,6 @@ def score(approx: pd.DataFrame, exact: pd.DataFrame) -> dict:
 def run_showcase(db, queries: list[ShowcaseQuery], exact_oracle: str, show=None) -> list[dict]:
     """Run each approximate query, then its exact twin with `exact_oracle` (its own cache);
     `show(query, rows, report)` sees each approximate result."""
-    import time
-
     rows = []
     for q in queries:
         plan = db.sql("EXPLAIN " + q.approximate).df().iloc[0]

@@ -7,6 +7,7 @@ statement leaves the catalog as it was.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 from contextlib import closing, contextmanager
 import os
@@ -18,6 +19,11 @@ import duckdb
 import numpy as np
 import pandas as pd
 
+from vidql.preprocess import frame_batches, probe
+from vidql.preprocess.concat import ConcatSource, LowResSource
+from vidql.preprocess.pipeline import DECODER_NICE
+from vidql.preprocess.readcost import ReadCost, load_timing, measure_decode, save_timing
+from vidql.preprocess.rendition import Rendition, make_oracle_rendition, make_rendition
 from vidql.base.errors import CatalogError, OracleError, ParameterError, VideoError
 from vidql.engine.catalog.upgrade import upgrade_catalog
 from vidql.engine.labels.clips import ClipMap, clip_names, creation_timestamp, video_paths
@@ -69,8 +75,6 @@ def file_fingerprint(path: str | Path) -> str:
     """A video's identity by content: its size and a SHA-256 of its bytes (of 64 evenly
     spaced 1 MiB chunks, first and last included, for files over 64 MiB). A touched,
     copied or moved file with the same bytes keeps its fingerprint."""
-    import hashlib
-
     size = os.path.getsize(path)
     h = hashlib.sha256()
     with open(path, "rb") as fh:
@@ -92,8 +96,6 @@ def fingerprint_matches(stored: str, path: str | Path) -> bool:
     process while the file's size, time and inode stay as they were). Catalogs made before
     content fingerprints stored `size:mtime:sha256(first MiB)`; those compare size and
     head only, so a touched file still matches."""
-    import hashlib
-
     if stored.startswith("content:"):
         st = os.stat(path)
         key = (str(Path(path).resolve()), st.st_size, st.st_mtime_ns, st.st_ino)
@@ -337,12 +339,10 @@ class Catalog:
     @staticmethod
     def _probe_all(paths: list[Path]) -> tuple[list, list[tuple[str, str]]]:
         """(path, VideoInfo) of the files that read, (path, reason) of those that do not."""
-        from vidql.preprocess.probe import probe_video
-
         good, bad = [], []
         for path in paths:
             try:
-                good.append((path, probe_video(path)))
+                good.append((path, probe.probe_video(path)))
             except VideoError as exc:
                 bad.append((str(path), exc.reason))
         return good, bad
@@ -354,20 +354,12 @@ class Catalog:
         staging = final.with_name(final.name + ".loading")
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)
-        from vidql.preprocess.probe import INFO_FILE, save_info
-
-        save_info(info, staging / INFO_FILE)
-        from vidql.preprocess.readcost import measure_decode, save_timing
-
+        probe.save_info(info, staging / probe.INFO_FILE)
         save_timing(measure_decode(info), staging / DECODE_TIMING)
         rendition, oracle_rendition = renditions
         if rendition is not None:
-            from vidql.preprocess.rendition import make_rendition
-
             make_rendition(path, staging / "rendition", int(rendition), progress=self.progress)
         if oracle_rendition is not None:
-            from vidql.preprocess.rendition import make_oracle_rendition
-
             small = make_oracle_rendition(path, staging / ORACLE_RENDITION, int(oracle_rendition),
                                           progress=self.progress, info=info)
             save_timing(measure_decode(small.info), small.folder / DECODE_TIMING)
@@ -539,8 +531,6 @@ class Catalog:
     def _read_cost(self, name: str, ordinal: int):
         """A clip's ReadCost: of its oracle rendition when it has one (what ONNX detectors
         read), else of its file."""
-        from vidql.preprocess.readcost import ReadCost, load_timing, measure_decode, save_timing
-
         key = (name, ordinal)
         if key not in self._read_costs:
             rendition = self.oracle_rendition(name, ordinal)
@@ -571,9 +561,7 @@ class Catalog:
     @staticmethod
     def _stored_info(directory: Path, path: str):
         """The saved probe result (re-probed and saved again when the artifacts are gone)."""
-        from vidql.preprocess.probe import stored_info
-
-        return stored_info(directory, path)
+        return probe.stored_info(directory, path)
 
     def _clip_ordinal(self, name: str, clip: str | None, statement: str) -> tuple[int, str]:
         """(ordinal, name) of a clip named in an ALTER VIDEO statement (None: the only clip)."""
@@ -613,9 +601,7 @@ class Catalog:
         self.run_atomically(statements)
         self._infos.pop((name, ordinal), None)
         self._checked.pop((name, ordinal), None)
-        from vidql.preprocess.probe import INFO_FILE, save_info
-
-        save_info(self.clip_info(name, ordinal), self.clip_dir(name, ordinal) / INFO_FILE)
+        probe.save_info(self.clip_info(name, ordinal), self.clip_dir(name, ordinal) / probe.INFO_FILE)
         return self.video_row(name)
 
     def set_clip_start(self, name: str, clip: str, start) -> pd.DataFrame:
@@ -863,8 +849,6 @@ class Catalog:
     def lowres_source(self, video: str):
         """Frames of a video for embedders and proxies (low resolution, by global position:
         a ConcatSource of its clips, each read from its rendition when it has one)."""
-        from vidql.preprocess.concat import ConcatSource, LowResSource
-
         name = self.video_row(video)["name"]
         clips = self.clip_table(name)
         dirs = [self.clip_dir(name, o) / "rendition" for o in clips["ordinal"]]
@@ -883,9 +867,6 @@ class Catalog:
         exact YOLOX scan ran at 1.0-1.3x the speed with one in 5 alternating rounds, a
         sampled query 1.16x; at normal priority the scan of 96 frames took 0.58-0.61 s,
         niced 0.53-0.55 s)."""
-        from vidql.preprocess import frame_batches
-        from vidql.preprocess.pipeline import DECODER_NICE
-
         def clip_batches(positions: np.ndarray, batch_size: int):
             for o, local, _ in clip_map.pieces(positions):
                 self.check_clip(name, o, again=True)
@@ -925,8 +906,6 @@ class Catalog:
         return self._renditions[key]
 
     def _open_oracle_rendition(self, name: str, ordinal: int, long_side: int):
-        from vidql.preprocess.rendition import Rendition, make_oracle_rendition
-
         folder = self.clip_dir(name, ordinal) / ORACLE_RENDITION
         try:
             rendition = Rendition.load(folder)

@@ -13,6 +13,7 @@ import sys
 import time
 import uuid
 from collections import deque
+from contextlib import closing
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -23,6 +24,8 @@ from vidql.base.detections import DetectionArrays
 from vidql.base.errors import OracleError, ParameterError, VidqlError
 from vidql.base.ranges import Bounds
 from vidql.engine.labels.oracle_api import Oracle
+from vidql.engine.labels.oracle_kinds import make_oracle
+from vidql.preprocess import frame_batches
 
 EXECUTOR_ENV = "VIDQL_EXECUTOR"
 INSTALL_HINT = "pip install 'vidql[ray]'"
@@ -168,8 +171,6 @@ class OracleWorker:
     """A Ray actor's state: the oracle built once from its catalog entry."""
 
     def __init__(self, entry: tuple, import_root: str | None):
-        from vidql.engine.labels.oracle_kinds import make_oracle
-
         if import_root and import_root not in sys.path:  # a PYTHON oracle's module
             sys.path.append(import_root)  # after installed packages
         self.oracle = make_oracle(*entry)
@@ -183,10 +184,6 @@ class OracleWorker:
         position. Returns (positions, detections, oracle seconds), the seconds without the
         oracle's one-time set-up (an ONNX detector's thread choice), which is no cost per
         frame."""
-        from contextlib import closing
-
-        from vidql.preprocess import frame_batches
-
         found, seconds, setup = [], 0.0, self.oracle.setup_seconds
         for info, (local, positions, clip, only) in zip(infos, pieces, strict=True):
             shift = int(positions[0]) - int(local[0])  # a clip's positions are its frames + shift

@@ -15,6 +15,8 @@ from vidql.base.detections import FLOAT_COLUMNS, DetectionArrays, detections_fra
 from vidql.engine.labels.oracle_api import Oracle, file_digest
 from vidql.base.ranges import BATCH_SIZE, Bounds
 from vidql.engine.sql.sqlnames import ORACLE_KINDS
+from vidql import datasets
+from vidql.engine.labels.oracle_models import OnnxDetector, TorchvisionDetector
 
 COST_MS = Bounds(0.0)                     # simulated milliseconds per frame
 
@@ -54,9 +56,7 @@ class LabelTable:
     _loaded: OrderedDict = OrderedDict()  # (path, size, mtime, inode) -> LabelTable
 
     def __init__(self, path: Path):
-        from vidql.datasets import read_label_columns
-
-        columns = read_label_columns(path)
+        columns = datasets.read_label_columns(path)
         order = self._sort(columns)
         floats = {}
         for name, values in columns:
@@ -267,11 +267,8 @@ def make_oracle(name: str, kind: str, source: str, options: dict | None = None) 
     options = dict(options or {})
     options.pop("num_gpus", None)  # where the Ray executor runs it (engine.ray_executor)
     kind = kind.upper()
-    builders = {"LABELS": LabelsOracle, "PYTHON": PythonOracle}
-    if kind in ("ONNX", "TORCHVISION"):  # their libraries load only for them
-        from vidql.engine.labels.oracle_models import OnnxDetector, TorchvisionDetector
-
-        builders.update(ONNX=OnnxDetector, TORCHVISION=TorchvisionDetector)
+    builders = {"LABELS": LabelsOracle, "PYTHON": PythonOracle, "ONNX": OnnxDetector,
+                "TORCHVISION": TorchvisionDetector}  # their libraries load when one is built
     if kind not in builders:
         raise OracleError(f"unknown oracle kind {kind!r}; use one of {', '.join(ORACLE_KINDS)}")
     try:

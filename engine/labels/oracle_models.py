@@ -2,7 +2,9 @@
 torch, torchvision and cv2 load when a detector first runs, not when a cached query builds it."""
 from __future__ import annotations
 
+import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,6 +15,7 @@ from vidql.base.errors import OracleError
 from vidql.base.detections import DetectionArrays, detections_frame
 from vidql.engine.labels.oracle_api import COCO_CLASSES, Oracle, file_digest
 from vidql.base.ranges import BATCH_SIZE, Bounds
+from vidql.preprocess.transforms import to_images
 
 YOLO_INPUT_PAD = 114
 SCORE = Bounds(0.0, 1.0)    # minimum detection confidence kept
@@ -198,8 +201,6 @@ class OnnxDetector(Oracle):
         them, they beat intra-op threads by more than on these frames (YOLOX-Nano on 2
         cores: 95-102 against 72-89 frames/s in a scan, 14.5 against 16-19 ms here, where
         a noisy moment had the scan run on intra-op threads at 0.75 of the best)."""
-        import os
-
         import onnxruntime as ort
 
         cores = os.cpu_count() or 1
@@ -245,8 +246,6 @@ class OnnxDetector(Oracle):
         if self.runs == 1 or len(parts) == 1:
             return np.concatenate([run(part) for part in parts])
         if self._pool is None:
-            from concurrent.futures import ThreadPoolExecutor
-
             self._pool = ThreadPoolExecutor(self.runs, thread_name_prefix="vidql-onnx")
         return np.concatenate(list(self._pool.map(run, parts)))
 
@@ -351,8 +350,6 @@ class TorchvisionDetector(Oracle):
 
     def detect(self, frames: np.ndarray, frame_ids: np.ndarray) -> pd.DataFrame:
         import torch
-
-        from vidql.preprocess.transforms import to_images
 
         with torch.inference_mode():
             outputs = self.net(list(to_images(frames, self.device).div_(255)))
