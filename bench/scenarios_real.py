@@ -12,7 +12,13 @@ import time
 from fractions import Fraction
 from pathlib import Path
 
+import av
 import numpy as np
+from av.video.frame import PictureType
+
+import vidql
+from vidql.preprocess.frames import FrameReader
+from vidql.preprocess.probe import probe_video
 
 from .registry import BenchContext, ScenarioResult, pyplot, scenario
 
@@ -39,11 +45,6 @@ def queries(n: int, thing: str) -> list[tuple[str, str]]:
 def hd_long_gop(source: Path, cache: Path, frames: int, size: tuple[int, int]) -> Path:
     """`source`'s first `frames` frames upscaled to `size` as H.264 with a HD_GOP-frame GOP
     (B-frames as cameras use them), written once into `cache`."""
-    import av
-    from av.video.frame import PictureType
-
-    from vidql.preprocess.frames import FrameReader
-
     out = cache / f"{source.stem}_{size[1]}p_gop{HD_GOP}_{frames}.mp4"
     if out.exists():
         return out
@@ -69,8 +70,6 @@ def indexed_database(work: Path, clip: Path, model: Path, rendition: int | None)
     """A database at work/base.db with `clip` as `v` (with an oracle rendition of long side
     `rendition`, if given), YOLOX-Nano as its oracle and a default TASTI index (whose build
     labels a few frames and times the oracle)."""
-    import vidql
-
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     path = work / "base.db"
@@ -102,8 +101,6 @@ def warm_up(db) -> None:
 def measure(path: Path, sql: str) -> dict:
     """EXPLAIN, then the query, on the database at `path`: wall seconds, oracle calls, the
     decoder wait, the forecast, and the physical limit of the frames it labelled."""
-    import vidql
-
     with vidql.connect(path, progress=False) as db:
         warm_up(db)
         plan = db.sql(f"EXPLAIN {sql}").df().iloc[0]
@@ -128,8 +125,6 @@ def measure(path: Path, sql: str) -> dict:
 def clip_rows(ctx: BenchContext, clip: Path, thing: str, model: Path,
               rendition: int | None = None) -> list[dict]:
     """The exact scan and every approximate kind on one clip, each on a fresh copy."""
-    from vidql.preprocess.probe import probe_video
-
     name = clip.stem + (f" (oracle rendition {rendition})" if rendition else "")
     base = indexed_database(ctx.out_dir / "real" / name.replace(" ", "_"), clip, model, rendition)
     info = probe_video(clip)

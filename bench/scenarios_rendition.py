@@ -8,6 +8,11 @@ from pathlib import Path
 
 import numpy as np
 
+from vidql.engine.labels.oracle_models import OnnxDetector
+from vidql.preprocess.frames import FrameReader
+from vidql.preprocess.probe import probe_video
+from vidql.preprocess.rendition import Rendition, make_oracle_rendition
+
 from .registry import BenchContext, ScenarioResult, scenario
 from .scenarios_real import HD_SOURCE, hd_long_gop
 
@@ -31,8 +36,6 @@ def class_counts(oracle, frames: np.ndarray, source_size=None) -> np.ndarray:
 
 def random_reads(path: Path, info, frames: np.ndarray) -> tuple[float, float]:
     """(seconds, frames decoded) per single-frame read of `frames`, one reader, in turn."""
-    from vidql.preprocess.frames import FrameReader
-
     with FrameReader(path, info) as reader:
         reader.read([0])  # open the file and the decoder first
         decoded = reader.decoded
@@ -45,8 +48,6 @@ def random_reads(path: Path, info, frames: np.ndarray) -> tuple[float, float]:
 
 def oracle_rendition(clip: Path, cache: Path):
     """The clip's oracle rendition at LONG_SIDE, made once into `cache`."""
-    from vidql.preprocess.rendition import Rendition, make_oracle_rendition
-
     folder = cache / f"oracle_rendition_{clip.stem}_{LONG_SIDE}"
     try:
         return Rendition.load(folder)
@@ -56,9 +57,6 @@ def oracle_rendition(clip: Path, cache: Path):
 
 def clip_row(ctx: BenchContext, clip: Path, oracle) -> dict:
     """Agreement, disk and random-read figures of one clip."""
-    from vidql.preprocess.frames import FrameReader
-    from vidql.preprocess.probe import probe_video
-
     info = probe_video(clip)
     t0 = time.perf_counter()
     rendition = oracle_rendition(clip, ctx.cache_dir)
@@ -99,8 +97,6 @@ def rendition(ctx: BenchContext) -> ScenarioResult:
     model = ctx.shared_dir / "models" / "yolox_nano.onnx" if ctx.shared_dir else None
     if model is None or not model.is_file():
         return ScenarioResult(figures={"skipped": "needs ../shared (yolox_nano.onnx, real clips)"})
-    from vidql.engine.labels.oracle_models import OnnxDetector
-
     data = ctx.shared_dir / "data"
     hd = hd_long_gop(data / HD_SOURCE, ctx.cache_dir, ctx.size(905, 905, tiny=60),
                      ctx.size((1920, 1080), (1920, 1080), tiny=(640, 360)))

@@ -19,6 +19,7 @@ from vidql.engine.sql.framestat import parse_frame_expr
 from vidql.engine.labels.oracle_api import unknown_label_notes
 from vidql.engine.catalog.indexstore import describe_extensions
 from vidql.engine.result import Report, Result
+from vidql.preprocess.rendition import LONG_SIDE, SHORT_SIDE
 
 
 CATALOG_WRITES = (LoadVideo, DropVideo, CreateOracle, DropOracle, SetOracle, AlterVideoPath,
@@ -82,8 +83,6 @@ def _load_video(db, stmt: LoadVideo) -> Result:
     if not isinstance(skip_bad, bool):
         raise ParameterError(f"LOAD VIDEO option skip_bad must be true or false, got {skip_bad!r}")
     if oracle_rendition is not None:
-        from vidql.preprocess.rendition import LONG_SIDE
-
         oracle_rendition = LONG_SIDE.check("LOAD VIDEO option oracle_rendition (the oracle's "
                                            "input long side in pixels)", oracle_rendition)
     row = db.load_video(stmt.path, stmt.name, rendition=rendition, skip_bad=skip_bad,
@@ -103,8 +102,6 @@ def _load_rendition(rendition, into: bool) -> int | None:
     if into:
         raise ParameterError("LOAD VIDEO ... INTO takes the collection's rendition setting; "
                              "leave out rendition")
-    from vidql.preprocess.rendition import SHORT_SIDE
-
     return SHORT_SIDE.check("LOAD VIDEO option rendition (short side in pixels)", rendition)
 
 

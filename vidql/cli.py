@@ -10,6 +10,7 @@ import vidql
 from vidql.base.errors import VidqlError
 from vidql.bench.registry import BenchContext
 from vidql.bench import runner
+from vidql.bench.perfdoc import write_performance_doc
 from vidql.display import print_result
 from vidql.shell import Shell
 
@@ -69,8 +70,6 @@ def cmd_bench(args) -> int:
 
 
 def cmd_perfdoc(args) -> int:
-    from vidql.bench.perfdoc import write_performance_doc
-
     names = write_performance_doc([Path(s) for s in args.results], Path(args.out))
     print(f"wrote {args.out} ({len(names)} scenarios: {', '.join(names)})")
     return 0

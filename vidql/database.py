@@ -17,6 +17,7 @@ from vidql.engine.catalog.ray_executor import executor_name, make_executor
 from vidql.engine.executor import execute_script
 from vidql.engine.labels.cache import LabelCache
 from vidql.engine.sql.framestat import frame_statistic
+from vidql.preprocess.rendition import LONG_SIDE
 
 
 STORE_CATALOG = "vidql_store"
@@ -143,8 +144,6 @@ class Database:
                 raise ParameterError("name the video: load_video(paths, 'name')")
             name = Path(path).stem.replace("-", "_").replace(".", "_")
         if oracle_rendition is not None:
-            from vidql.preprocess.rendition import LONG_SIDE
-
             oracle_rendition = LONG_SIDE.check("oracle_rendition (the oracle's input long side "
                                                "in pixels)", oracle_rendition)
         row, skipped = self.catalog.add_video(path, name, rendition=rendition,
