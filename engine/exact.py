@@ -14,8 +14,8 @@ from vidql.engine.labels.clips import ClipMap
 from vidql.engine.sql.dialect_statements import Query
 from vidql.base.errors import QueryError
 from vidql.engine.sql.framestat import FrameExpr, frame_table_sql, parse_frame_expr
-from vidql.engine.labels.cache import LabelCache, LabelStats
-from vidql.engine.labels.oracle_api import never_gives
+from vidql.engine.labels.cache import LabelStats
+from vidql.engine.labels.oracle_api import check_labels
 from vidql.engine.result import Result
 
 
@@ -56,38 +56,26 @@ def needed_frames(con: duckdb.DuckDBPyConnection, video: str, clip_map: ClipMap,
     return np.asarray(got["position"], dtype=np.int64)
 
 
-def label_reads(videos: list[str], tables: list[str], uses_functions: bool
-                ) -> tuple[list[str], tuple[str, ...]]:
-    """(the videos of `videos` whose labels a query over `tables` needs, those it reads as
-    `video.objects`): a video table is read through frame functions when `uses_functions`."""
+def label_reads(videos: list[str], tables: list[str], uses_functions: bool) -> list[str]:
+    """The videos of `videos` whose labels a query over `tables` needs: those it reads as
+    `video.objects`, and any video table it reads when `uses_functions` (frame functions)."""
     lower = {v.lower(): v for v in videos}
-    read, objects = [], []
+    read = []
     for table in tables:
         parts = table.lower().split(".")
         video = lower.get(parts[0])
         reads_objects = len(parts) == 2 and parts[1] == "objects"
         if video is not None and (reads_objects or uses_functions) and video not in read:
             read.append(video)
-        if video is not None and reads_objects and video not in objects:
-            objects.append(video)
-    return read, tuple(objects)
-
-
-def functions_known(cache: LabelCache, functions, reads_objects: bool) -> bool:
-    """Whether a query's frame `functions` over `cache`'s video are known on every frame
-    without labelling: they name only labels its oracle never gives (each counts 0), and
-    the query does not read the video's detections (`video.objects`)."""
-    return not reads_objects and never_gives(cache.oracle, [fn.label for fn in functions])
+    return read
 
 
 def run_exact(catalog: Catalog, sql: str, videos: list[str],
-              bounds: dict[str, tuple] | None = None, oracle: str | None = None,
-              objects: tuple[str, ...] = ()) -> tuple[Result | None, LabelStats]:
-    """Run `sql` exactly. `videos` are the video tables it reads (`night` or `night.objects`),
-    `objects` those it reads as `night.objects`; `bounds` (`label_bounds`) optionally limits
-    the frames labelled per video. Frame functions only of labels the oracle never gives are
-    known (0) without labelling. Returns the result (materialised, so it stays valid) and
-    what labelling cost."""
+              bounds: dict[str, tuple] | None = None, oracle: str | None = None
+              ) -> tuple[Result | None, LabelStats]:
+    """Run `sql` exactly. `videos` are the video tables it reads (`night` or `night.objects`);
+    `bounds` (`label_bounds`) optionally limits the frames labelled per video. Returns the
+    result (materialised, so it stays valid) and what labelling cost."""
     expr = bind_query(catalog, sql, videos, oracle)
     stats = LabelStats()
     shadows, variables = [], []
@@ -95,18 +83,15 @@ def run_exact(catalog: Catalog, sql: str, videos: list[str],
         for video in videos:
             cache = catalog.label_cache(video, oracle)
             before = cache.stats.snapshot()
-            known = functions_known(cache, expr.functions, video in objects)
             frames = needed_frames(catalog.con, video, cache.clip_map,
                                    (bounds or {}).get(video))
-            if not known:
-                cache.ensure(frames, desc=f"exact query: labelling {video}")
+            cache.ensure(frames, desc=f"exact query: labelling {video}")
             stats = stats.plus(cache.stats.since(before))
             catalog.flush_labels()  # the shadow table reads the labels from the catalog tables
             variables.append(catalog.oracle_variable(video))
             catalog.con.execute(f"SET VARIABLE {quote_name(variables[-1])} = ?", [cache.oracle.identity])
             if expr.functions:
-                shadows.append(_shadow_video(catalog, video, cache.oracle.identity, expr.functions,
-                                             known=known))
+                shadows.append(_shadow_video(catalog, video, cache.oracle.identity, expr.functions))
         catalog.flush_labels()  # a query may name vidql.labels itself
         try:
             rel = catalog.con.sql(expr.sql)
@@ -143,6 +128,7 @@ def bind_query(catalog: Catalog, sql: str, videos: list[str],
     call, so that an unknown column or function costs no labelling: DuckDB binds the
     query over an empty table with the video's columns and a column per frame function,
     without running it.
+    A frame function of a label the video's oracle can never give is refused here too.
     Returns the query's frame expression."""
     expr = parse_frame_expr(sql)
     if expr.functions and len(videos) != 1:
@@ -153,7 +139,9 @@ def bind_query(catalog: Catalog, sql: str, videos: list[str],
     try:
         if expr.functions:
             for video in videos:
-                catalog.label_cache(video, oracle)  # an unknown or changed oracle: an error now
+                # an unknown or changed oracle, or a class it has not: an error now
+                check_labels(catalog.label_cache(video, oracle).oracle,
+                             [fn.label for fn in expr.functions], sql)
                 shadows.append(_empty_shadow(catalog, video, expr.functions))
         catalog.con.sql(expr.sql)
     except duckdb.Error as exc:
@@ -175,11 +163,9 @@ def _empty_shadow(catalog: Catalog, video: str, functions) -> str:
     return video
 
 
-def _shadow_video(catalog: Catalog, video: str, identity: str, functions, *,
-                  known: bool = False) -> str:
+def _shadow_video(catalog: Catalog, video: str, identity: str, functions) -> str:
     """Create temp table `video` (shadowing main.video) with a column per frame function.
-    Frames are joined to labels by global position (clip's first frame + frame); with
-    `known`, every frame's functions are known (0) whether it is labelled or not."""
+    Frames are joined to labels by global position (clip's first frame + frame)."""
     q = quote_name(video)
     v, o = _literal(video), _literal(identity)
     labelled = (f"(SELECT c.first_frame + v.frame AS frame, c.first_frame + v.frame AS __position, "
@@ -192,8 +178,8 @@ def _shadow_video(catalog: Catalog, video: str, identity: str, functions, *,
                   f"l JOIN vidql.clips c ON c.video = l.video AND c.clip = l.clip WHERE "
                   f"l.video = {v} AND l.oracle = {o})")
     table = frame_table_sql(functions, detections, labelled)
-    cols = ", ".join(fn.column if known else f"CASE WHEN __labelled THEN {fn.column} END AS "
-                     f"{fn.column}" for fn in functions)
+    cols = ", ".join(f"CASE WHEN __labelled THEN {fn.column} END AS {fn.column}"
+                     for fn in functions)
     catalog.con.execute(f"CREATE OR REPLACE TEMP TABLE {q} AS SELECT __clip AS clip, __frame AS "
                         f"frame, ts, start_ts, {cols} FROM ({table}) ORDER BY __position")
     return video

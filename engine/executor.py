@@ -16,7 +16,6 @@ from vidql.engine.sql.sqlnames import quote_name
 from vidql.base.errors import CatalogError, ParameterError, QueryError
 from vidql.engine.exact import label_bounds, label_reads, run_exact
 from vidql.engine.sql.framestat import parse_frame_expr
-from vidql.engine.labels.oracle_api import unknown_label_notes
 from vidql.engine.catalog.indexstore import describe_extensions
 from vidql.engine.result import Report, Result
 from vidql.preprocess.rendition import LONG_SIDE, SHORT_SIDE
@@ -252,25 +251,20 @@ def run_query(db, q: Query) -> Result | None:
 def _exact(db, q: Query):
     videos = db.catalog.video_names()
     lower = {v.lower(): v for v in videos}
-    functions = parse_frame_expr(q.sql).functions
-    uses_functions = bool(functions)
+    uses_functions = bool(parse_frame_expr(q.sql).functions)
     for table in q.tables:
         video = lower.get(table.split(".")[0].lower())
         if video is not None:
             db.catalog.ensure_video_relations(video)
-    read, objects = label_reads(videos, q.tables, uses_functions)
+    read = label_reads(videos, q.tables, uses_functions)
     t0 = time.perf_counter()
     result, stats = run_exact(db.catalog, q.sql, read, label_bounds(q, videos),
-                              oracle=q.clauses.oracle, objects=objects)
+                              oracle=q.clauses.oracle)
     report = Report(operator="exact", video=", ".join(read) or None,
                     oracle=q.clauses.oracle, guarantee="exact")
     report.seconds["total"] = time.perf_counter() - t0
     report.add_stats(stats)
     oracles = {db.catalog.label_cache(v, q.clauses.oracle).oracle for v in read}
-    labels = [fn.label for fn in functions]
-    note = unknown_label_notes(oracles, labels)
-    if note:
-        report.details["label_note"] = note
     costs = {oracle.simulated_cost_ms for oracle in oracles}
     report.simulated_cost_ms = costs.pop() if len(costs) == 1 else None
     if result is not None:

@@ -13,9 +13,8 @@ import pandas as pd
 
 from vidql import queries
 from vidql.engine.sql.dialect import Query
-from vidql.engine.exact import bind_query, functions_known, label_bounds, label_reads, needed_frames
+from vidql.engine.exact import bind_query, label_bounds, label_reads, needed_frames
 from vidql.engine.sql.framestat import FrameExpr, frame_statistic, is_predicate
-from vidql.engine.labels.oracle_api import never_gives, unknown_label_notes
 from vidql.engine.planner import (OPERATORS, Binding, cap_ran_out, column_groups, count_star, error_bound,
                       group_codes, grouped_error_bound, predicate_expr, query_confidence)
 from vidql.engine.pricing import TIMING_FRAMES, Price, oracle_ms, price, uniform_draw
@@ -39,7 +38,6 @@ def explain(db, q: Query) -> Result:
            "exact_scan_oracle_calls": scan.calls, "exact_scan_seconds": scan.seconds,
            "note": "; ".join(filter(None, [report.details.get("estimate"),
                                            report.details.get("seconds"),
-                                           report.details.get("label_note"),
                                            report.details.get("index_note")]))}
     return Result.of(db.catalog.con, pd.DataFrame([row]), report)
 
@@ -97,15 +95,12 @@ def _estimate_exact(db, q: Query, report: Report) -> Price:
     names = {v.lower(): v for v in db.catalog.video_names()}
     videos = [names[t.split(".")[0].lower()] for t in q.tables if t.split(".")[0].lower() in names]
     functions = bind_query(db.catalog, q.sql, list(dict.fromkeys(videos)), q.clauses.oracle).functions
-    read, objects = label_reads(list(names.values()), q.tables, bool(functions))
-    oracles, bounds = [], label_bounds(q, list(names.values()))
+    read = label_reads(list(names.values()), q.tables, bool(functions))
+    bounds = label_bounds(q, list(names.values()))
     total = Price(0, 0.0, 0.0, 0)
     for video in read:
         cache = db.catalog.label_cache(video, q.clauses.oracle)
         report.video, report.oracle = video, cache.oracle.name
-        oracles.append(cache.oracle)
-        if functions_known(cache, functions, video in objects):
-            continue
         wanted = needed_frames(db.catalog.con, video, cache.clip_map, bounds.get(video))
         fresh = wanted[~np.isin(wanted, cache.labelled_frames)]
         ms, how = oracle_ms(db.catalog, cache, fresh[:TIMING_FRAMES])
@@ -113,11 +108,7 @@ def _estimate_exact(db, q: Query, report: Report) -> Price:
             report.details["seconds"] = how
         fresh = wanted[~np.isin(wanted, cache.labelled_frames)]
         total = total.plus(price(db.catalog, video, cache, fresh, ms))
-    report.details["estimate"] = ("frames in range not yet in the label cache (none for frame "
-                                  "functions only of labels the oracle never gives)")
-    note = unknown_label_notes(oracles, [fn.label for fn in functions])
-    if note:  # as the query itself would report
-        report.details["label_note"] = note
+    report.details["estimate"] = "frames in range not yet in the label cache"
     return total
 
 
@@ -137,11 +128,6 @@ def _estimate_approximate(b: Binding, q: Query, report: Report
         report.details["estimate"] = ("the ORACLE BUDGET (or every frame, if fewer), less the "
                                       "share of frames already labelled")
         return round(min(int(c.budget), b.n) * (1.0 - StandIn.cached_share(b))), None
-    if never_gives(b.cache.oracle, [fn.label for fn in b.functions]):  # every statistic
-        report.details["estimate"] = ("the oracle never gives a label the query's frame "
-                                      "functions name, so they count 0 on every frame: no "
-                                      "oracle call")
-        return 0, None
     stand_in = StandIn.build(b)
     if stand_in is None:
         report.details["estimate"] = (

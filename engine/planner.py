@@ -18,7 +18,6 @@ from vidql.engine.exact import bind_query
 from vidql.engine.sql.framestat import (FrameExpr, expr_type, frame_statistic, is_predicate, may_be_null,
                         parse_frame_expr)
 from vidql.engine.labels.cache import LabelCache
-from vidql.engine.labels.oracle_api import never_gives, unknown_label_note
 from vidql.engine.result import Report, Result
 
 OPERATORS = {
@@ -56,8 +55,6 @@ class Binding:
             raise QueryError("the query's frame restriction keeps no frames", q.text, 0)
         self.index_name, self.index = db.indexes.for_video(self.video, q.clauses.index,
                                                            self.cache.oracle.identity)
-        self.functions = parse_frame_expr(q.sql).functions  # the query's frame functions
-        self.label_note = unknown_label_note(self.cache.oracle, [fn.label for fn in self.functions])
         self.index_note = None
         if self.index is None:
             others = db.indexes.other_oracle_indexes(self.video, self.cache.oracle.identity)
@@ -106,11 +103,6 @@ class Binding:
         return np.asarray(self.index.proxy(frame_statistic(expr)),
                           dtype=np.float64)[self.population]
 
-    def known_without_oracle(self, expr: FrameExpr) -> bool:
-        """Whether `expr`'s values are known on every frame without the oracle (it names
-        only labels the oracle never gives, so every count in it is 0)."""
-        return never_gives(self.cache.oracle, [fn.label for fn in expr.functions])
-
     def truths(self, *exprs: FrameExpr | str):
         """Callback: positions in the population -> tuple of true values, one array per
         statistic (through the label cache, one lookup for all)."""
@@ -118,8 +110,7 @@ class Binding:
 
         def fn(positions):
             return values(self.frames(positions))
-        # statistics known without the oracle (labels it never gives) label nothing ahead
-        return self._ahead(fn) if values.needs_oracle else fn
+        return self._ahead(fn)
 
     def truth(self, expr: FrameExpr | str):
         """Callback: positions in the population -> true values of one statistic."""
@@ -154,9 +145,8 @@ class Binding:
         """A report naming this query's video, oracle and index (or why it has none)."""
         report = Report(operator=operator, video=self.video, oracle=self.cache.oracle.name,
                         index=self.index_name, seed=seed)
-        for key in ("index_note", "label_note"):
-            if getattr(self, key):
-                report.details[key] = getattr(self, key)
+        if self.index_note:
+            report.details["index_note"] = self.index_note
         return report
 
     def sampling_seed(self, seed: int) -> int:
@@ -600,12 +590,7 @@ def _run_selection(b: Binding, q: Query, seed: int, report: Report) -> pd.DataFr
     pred = predicate_expr(q)
     truth = b.truth(pred)
     is_true = lambda positions: truth(positions) > 0
-    if q.kind in ("select_recall", "select_precision") and b.known_without_oracle(pred):
-        report.operator = "exact selection (no oracle call)"
-        report.guarantee = "exact: the predicate is known on every frame without the oracle"
-        hits = np.flatnonzero(is_true(np.arange(b.n)))
-        return b.frame_rows(hits, np.ones(len(hits), dtype=bool))
-    proxy = b.proxy(pred)  # after the exact case, which needs no proxy propagated
+    proxy = b.proxy(pred)
     c = q.clauses
     if q.kind == "limit":
         ranking = proxy if proxy is not None else np.zeros(b.n)

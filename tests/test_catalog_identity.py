@@ -27,18 +27,26 @@ def detrac(tmp_path):
         yield db, pd.read_csv(labels)
 
 
-def test_class_names_differing_in_case_are_distinct(detrac):
+def test_class_names_differing_in_case_are_distinct(detrac, tmp_path):
+    """A label file that gives both 'car' and 'Car' counts them apart, exactly and
+    approximately (each call its own column)."""
     db, truth = detrac
-    cars = int((truth["label"] == "car").sum())
-    got = db.sql("SELECT sum(objects('Car')), sum(objects('car')), sum(objects('CAR', 0.5)) "
+    mixed = truth.copy()
+    mixed.loc[(mixed["label"] == "car") & (mixed["frame"] < 100), "label"] = "Car"
+    mixed.to_csv(tmp_path / "mixed.csv", index=False)
+    db.sql(f"CREATE ORACLE mixed FROM LABELS '{tmp_path / 'mixed.csv'}'; SET ORACLE v = mixed")
+    cars, upper = int((mixed["label"] == "car").sum()), int((mixed["label"] == "Car").sum())
+    sure = int(((mixed["label"] == "Car") & (mixed["score"] >= 0.5)).sum())
+    assert cars and upper and sure < upper
+    got = db.sql("SELECT sum(objects('Car')), sum(objects('car')), sum(objects('Car', 0.5)) "
                  "FROM v").fetchall()[0]
-    assert [int(x) for x in got] == [0, cars, 0]
-    frames_with_car = truth.loc[truth["label"] == "car", "frame"].nunique()
+    assert [int(x) for x in got] == [upper, cars, sure]
+    frames_with_car = mixed.loc[mixed["label"] == "car", "frame"].nunique()
     n = db.sql("SELECT count(*) FROM v WHERE contains('car') AND NOT contains('Car')").fetchall()
     assert n[0][0] == frames_with_car
     est = db.sql("SELECT AVG(objects('car') - objects('Car')) FROM v ERROR WITHIN 1 SEED 3"
                  ).df().iloc[0, 0]
-    assert abs(est - cars / 252) < 3  # the old code read objects('car') twice: 0
+    assert abs(est - (cars - upper) / 252) < 3  # the old code read objects('car') twice
 
 
 def test_min_scores_rounding_alike_are_distinct():
@@ -277,78 +285,79 @@ def test_housekeeping_statement_errors(text, message):
         parse(text)
 
 
-def test_a_label_the_oracle_never_gives_is_noted(small_traffic, tmp_path, clip_db):
-    """A query naming a label its oracle never gives (a LABELS table's labels, a detector's
-    classes) still answers (0 is right for it), but its report says so, naming the label in
-    another case when the oracle has one; approximate, exact and EXPLAIN alike. A label the
-    oracle gives, or an oracle whose labels are not known ahead (PYTHON), gets no note."""
-    from vidql.engine.labels.oracle_api import unknown_label_note
-    from vidql.engine.labels.oracle_models import OnnxDetector
-
+def test_a_label_the_oracle_never_gives_is_an_error(small_traffic, tmp_path, clip_db):
+    """A frame function of a label the oracle can never give (its labels known ahead) is a
+    QueryError naming the nearest classes (the same name in another case first), raised
+    before any oracle call: approximate, exact and EXPLAIN alike. It used to answer 0 with
+    a note in the report."""
     video, labels = small_traffic
     with vidql.connect(tmp_path / "n.db", progress=False) as db:
         db.sql(f"LOAD VIDEO '{video}' AS t; CREATE ORACLE truth FROM LABELS '{labels}'; "
                "SET ORACLE t = truth")
-        approx = db.sql("SELECT AVG(objects('Car')) FROM t ERROR WITHIN 0.5 SEED 1")
-        assert approx.df()["estimate"].iloc[0] == 0
-        note = approx.report.details["label_note"]
-        assert "never gives label 'Car'" in note and "it gives 'car'" in note
-        assert note in approx.report.summary()
-        exact = db.sql("SELECT count(*) FROM t WHERE frame < 20 AND contains('bicycle')")
-        assert exact.fetchall() == [(0,)]
-        assert "never gives label 'bicycle'" in exact.report.details["label_note"]
-        assert "case-sensitive" not in exact.report.details["label_note"]
-        plan = db.sql("EXPLAIN SELECT frame FROM t WHERE contains('BUS') LIMIT 3").df()
-        assert "never gives label 'BUS'" in plan["note"].iloc[0]
-        plan = db.sql("EXPLAIN SELECT count(*) FROM t WHERE frame < 20 AND contains('Car')").df()
-        assert "never gives label 'Car'" in plan["note"].iloc[0]
-        assert "it gives 'car'" in plan["note"].iloc[0]
-        fine = db.sql("SELECT AVG(objects('car')) FROM t WHERE contains('person') "
-                      "ORACLE BUDGET 40 SEED 1")
-        assert "label_note" not in fine.report.details
-    clip_db.sql("SELECT count(*) FROM clip WHERE frame < 4 AND contains('Car')")
-    assert "label_note" not in clip_db.last_report.details
-    detector = OnnxDetector.__new__(OnnxDetector)
-    detector.name, detector.labels = "yolo", ("person", "car")
-    assert "it gives 'person'" in unknown_label_note(detector, ["Person", None, "car"])
-    assert unknown_label_note(detector, [None, "car"]) is None
+        refused = {
+            "SELECT AVG(objects('Car')) FROM t ERROR WITHIN 0.5 SEED 1": "'Car'; did you mean 'car'",
+            "SELECT COUNT(*) FROM t WHERE contains('Bus') ORACLE BUDGET 50": "did you mean 'bus'",
+            "SELECT frame FROM t WHERE objects('cars') >= 1 LIMIT 3": "did you mean 'car'",
+            "SELECT frame FROM t WHERE contains('BUS') RECALL TARGET 90% ORACLE BUDGET 100":
+                "did you mean 'bus'",
+            "SELECT AVG(objects('car') + objects('trucks')) FROM t ORACLE BUDGET 30":
+                "did you mean 'truck'",
+            "SELECT count(*) FROM t WHERE frame < 20 AND contains('persons')":
+                "did you mean 'person'",
+            "SELECT sum(objects('Car')) FROM t WHERE NOT contains('bus')": "did you mean 'car'",
+            "EXPLAIN SELECT frame FROM t WHERE contains('BUS') LIMIT 3": "did you mean 'bus'",
+            "EXPLAIN SELECT count(*) FROM t WHERE frame < 20 AND contains('Car')":
+                "did you mean 'car'",
+        }
+        for query, message in refused.items():
+            with pytest.raises(vidql.QueryError, match=message) as err:
+                db.sql(query)
+            assert str(err.value).startswith("oracle 'truth' has no class ")
+            assert "class names are case-sensitive" in str(err.value)
+        with pytest.raises(vidql.QueryError, match="no class 'red truck'; did you mean 'truck'"):
+            db.sql("SELECT frame FROM t WHERE contains('red truck') LIMIT 3")
+        with pytest.raises(vidql.QueryError, match="no class 'zq'") as err:
+            db.sql("SELECT frame FROM t WHERE contains('zq') LIMIT 3")
+        assert "did you mean" not in str(err.value) and "its classes: person" in str(err.value)
+        assert len(db.labels("t").labelled_frames) == 0  # refused before any oracle call
+        # a COCO class absent from the clip's labels (all COCO names) is a legitimate 0
+        assert db.sql("SELECT count(*) FROM t WHERE frame < 20 AND contains('bicycle')"
+                      ).fetchall() == [(0,)]
+        budget = db.sql("SELECT AVG(objects('bicycle')) FROM t ORACLE BUDGET 30 SEED 1").df()
+        assert budget["estimate"].iloc[0] == 0
+    clip_db.sql("SELECT count(*) FROM clip WHERE frame < 4 AND contains('Car')")  # PYTHON: any
+    assert clip_db.last_report.oracle_calls == 4
 
 
-def test_statistics_only_of_labels_the_oracle_never_gives_call_no_oracle(small_traffic, tmp_path):
-    """`objects('CAR')` of an oracle that never gives 'CAR' is 0 on every frame, so a query
-    whose statistics name only such labels answers without the oracle (a LIMIT labelled
-    frame after frame looking for a hit), with the answer labelling gives and the note; a
-    RECALL or PRECISION TARGET returns the exact set (RECALL returned most frames: with no
-    positive drawn, no smaller set was certified). Exact queries too; EXPLAIN expects no call.
-    A query that also names a label the oracle gives, or reads `t.objects`, labels as before."""
+def test_a_label_file_of_other_names_knows_only_its_own(small_traffic, tmp_path):
+    """A label file whose labels are not all COCO names can be asked only about its own:
+    a COCO class it lacks is an error too."""
+    from vidql.datasets import read_labels
+
     video, labels = small_traffic
-    with vidql.connect(tmp_path / "g.db", progress=False) as db:
-        db.sql(f"LOAD VIDEO '{video}' AS t; CREATE ORACLE truth FROM LABELS '{labels}'; "
-               "SET ORACLE t = truth")
-        limit = db.sql("SELECT frame FROM t WHERE objects('CAR') >= 1 LIMIT 3")
-        assert len(limit.df()) == 0 and limit.report.oracle_calls == 0
-        assert "never gives label 'CAR'" in limit.report.details["label_note"]
-        avg = db.sql("SELECT AVG(objects('Car') * 2 + 1) FROM t ERROR WITHIN 0.5 SEED 1").df()
-        assert avg[["estimate", "ci_low", "ci_high", "oracle_calls"]].values.tolist() == [[1, 1, 1, 0]]
-        count = db.sql("SELECT COUNT(*) FROM t WHERE contains('Bus') ORACLE BUDGET 50 SEED 1")
-        assert count.df()["estimate"].iloc[0] == 0 and count.report.oracle_calls == 0
-        assert len(db.labels("t").labelled_frames) == 0
-        db.sql("CREATE INDEX ti ON t USING TASTI WITH (train = 20, reps = 40, triplets = 100)")
-        before = len(db.labels("t").labelled_frames)
-        recall = db.sql("SELECT frame FROM t WHERE contains('BUS') RECALL TARGET 90% "
-                        "ORACLE BUDGET 100")
-        assert len(recall.df()) == 0 and recall.report.oracle_calls == 0  # exact, not a guess
-        assert recall.report.guarantee.startswith("exact")
-        rare = db.sql("SELECT frame FROM t WHERE objects('Car') > 0 FIND RARE ORACLE BUDGET 50")
-        assert len(rare.df()) == 0 and len(db.labels("t").labelled_frames) == before
-        plan = db.sql("EXPLAIN SELECT AVG(objects('Car')) FROM t ERROR WITHIN 0.1").df()
-        assert plan["estimated_oracle_calls"].iloc[0] == 0
-        exact = db.sql("SELECT count(*), sum(objects('Car')) FROM t WHERE NOT contains('BUS')")
-        assert exact.fetchall() == [(300, 0)] and exact.report.oracle_calls == 0
-        assert db.sql("EXPLAIN SELECT count(*) FROM t WHERE contains('Bus')"
-                      ).df()["estimated_oracle_calls"].iloc[0] == 0
-        assert len(db.labels("t").labelled_frames) == before
-        mixed = db.sql("SELECT AVG(objects('car') + objects('Car')) FROM t ORACLE BUDGET 30 SEED 1")
-        assert mixed.report.oracle_calls > 0
-        objects = db.sql("SELECT count(*) FROM t.objects WHERE label = 'Car' AND frame < 250")
-        assert objects.fetchall() == [(0,)] and objects.report.oracle_calls > 0  # detections read
+    renamed = read_labels(labels).replace({"label": {"car": "vehicle", "person": "pedestrian"}})
+    renamed.to_csv(tmp_path / "renamed.csv", index=False)
+    with vidql.connect(tmp_path / "r.db", progress=False) as db:
+        db.sql(f"LOAD VIDEO '{video}' AS t; CREATE ORACLE own FROM LABELS "
+               f"'{tmp_path / 'renamed.csv'}'; SET ORACLE t = own")
+        with pytest.raises(vidql.QueryError, match="no class 'vehicles'; did you mean 'vehicle'"):
+            db.sql("SELECT count(*) FROM t WHERE contains('vehicles')")
+        with pytest.raises(vidql.QueryError, match="no class 'bicycle'"):
+            db.sql("SELECT count(*) FROM t WHERE contains('bicycle')")
+        assert db.sql("SELECT count(*) FROM t WHERE frame < 50 AND contains('vehicle')"
+                      ).fetchall()[0][0] > 0
+
+
+def test_nearest_labels_and_the_vocabulary_of_a_label_file():
+    """The same name in another case is the nearest; else difflib's close names. A label
+    file of COCO names may be asked about any COCO class, another only about its own."""
+    from vidql.engine.labels.oracle_api import COCO_CLASSES, label_vocabulary, nearest_labels
+
+    assert nearest_labels("Car", ("cat", "car", "Car ")) == ["car"]
+    assert nearest_labels("red truck", COCO_CLASSES) == ["truck"]
+    assert nearest_labels("cars", COCO_CLASSES) == ["car"]  # not 'chair' or 'carrot'
+    assert nearest_labels("mat", ("bat", "cat", "carrot")) == ["cat", "bat"]  # equally near
+    assert nearest_labels("zq", COCO_CLASSES) == []
+    assert label_vocabulary(("car", "bus", "")) == ("car", "bus") + tuple(
+        c for c in COCO_CLASSES if c not in ("car", "bus"))
+    assert label_vocabulary(("car", "Car")) == ("car", "Car")

@@ -378,3 +378,20 @@ def test_a_ray_oracle_worker_leaves_the_thread_choice_out_of_its_seconds(tmp_pat
                                    probe_video(small_traffic[0]))
     np.testing.assert_array_equal(ids, frames + 100)
     assert 0 < seconds < 0.4 and worker.oracle.setup_seconds >= 0.5
+
+
+def test_a_class_the_detector_has_not_is_an_error(tmp_path, small_traffic):
+    """`objects('cars')` on a COCO detector used to answer 0 ± 0; it is now an error naming
+    the nearest class, before any oracle call. A COCO class absent from the video is 0."""
+    import vidql
+
+    constant_onnx(tmp_path / "m.onnx", np.zeros((4 + 80, 2100), dtype=np.float32), (320, 320))
+    video, _ = small_traffic
+    with vidql.connect(tmp_path / "c.db", progress=False) as db:
+        db.sql(f"LOAD VIDEO '{video}' AS t; CREATE ORACLE yolox FROM ONNX "
+               f"'{tmp_path / 'm.onnx'}'; SET ORACLE t = yolox")
+        with pytest.raises(vidql.QueryError, match=r"oracle 'yolox' has no class 'cars'; did "
+                                                   r"you mean 'car'\?"):
+            db.sql("SELECT AVG(objects('cars')) FROM t ORACLE BUDGET 20 SEED 1")
+        assert len(db.labels("t").labelled_frames) == 0
+        assert db.sql("SELECT sum(objects('bus')) FROM t WHERE frame < 4").fetchall() == [(0,)]

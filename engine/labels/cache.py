@@ -25,7 +25,7 @@ from vidql.base.errors import OracleError, VidqlError
 from vidql.engine.labels.clips import ClipMap
 from vidql.engine.sql.framestat import FrameExpr, FrameStatistics, count_detections, count_sql
 from vidql.engine.labels.journal import LabelBatch, LabelJournal
-from vidql.engine.labels.oracle_api import Oracle, check_detections, never_gives
+from vidql.engine.labels.oracle_api import Oracle, check_detections
 
 MIN_AHEAD = 16  # frames labelled at once when an operator asks fewer (label_ahead)
 
@@ -412,16 +412,8 @@ class LabelCache:
         """A callback for operators: frame numbers -> a tuple with the true values of each
         frame statistic. Values come from the counts of the batches the oracle just returned
         (or, for frames labelled earlier, from one catalog statement), not from a lookup of
-        detections per call; statistics only of labels the oracle never gives are known
-        without it (`never_gives`). The callback's `needs_oracle` says which."""
+        detections per call."""
         stats = FrameStatistics(exprs)
-        if never_gives(self.oracle, [label for label, _ in stats.keys]):  # every count is 0
-            def known(frames: np.ndarray) -> tuple:
-                frames = self._check_range(frames)
-                return stats(frames, np.zeros((len(frames), len(stats.keys)), dtype=np.int32))
-
-            known.needs_oracle = False
-            return known
         for key in stats.keys:  # counted from each batch the oracle labels from now on
             self._count_key(key)
 
@@ -430,5 +422,4 @@ class LabelCache:
             self._label_missing(frames)
             return stats(frames, self.counts(frames, stats.keys))
 
-        values.needs_oracle = True
         return values

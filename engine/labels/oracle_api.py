@@ -7,6 +7,7 @@ oracle's table, a detector's decoded output) returns without a DataFrame.
 """
 from __future__ import annotations
 
+import difflib
 import hashlib
 from abc import ABC, abstractmethod
 from pathlib import Path
@@ -14,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from vidql.base.errors import OracleError
+from vidql.base.errors import OracleError, QueryError
 from vidql.base.detections import DetectionArrays, missing_columns
 
 COCO_CLASSES = (
@@ -49,7 +50,9 @@ class Oracle(ABC):
     # labels ahead freely to make fewer batches; a model's extra frames are real cost
     nearly_free: bool = False
     sources: tuple[Path, ...] = ()  # files whose bytes the identity hashes (labels, weights, code)
-    labels: tuple[str, ...] | None = None  # every label it can give, when known ahead
+    # every label a query may name, when known ahead (a detector's classes, a label file's
+    # labels: `label_vocabulary`); a frame function of any other is refused (`check_labels`)
+    labels: tuple[str, ...] | None = None
     # seconds of one-time set-up spent inside its detect calls so far (an ONNX detector's
     # thread choice): the label cache leaves them out of the cost per frame it records
     setup_seconds: float = 0.0
@@ -90,37 +93,49 @@ class Oracle(ABC):
         return f"{type(self).__name__} {self.identity}"
 
 
-def never_gives(oracle: Oracle, labels) -> bool:
-    """Whether `oracle` is known never to give any of `labels` (at least one; None: any
-    class), so that frame functions of them count 0 on every frame without labelling."""
-    labels = list(labels)
-    return oracle.labels is not None and bool(labels) and all(
-        label is not None and label not in oracle.labels for label in labels)
+def label_vocabulary(names) -> tuple[str, ...]:
+    """The labels a label file can be asked about: its own (`names`), plus the COCO class
+    names when every one of its labels is one (a COCO detector's output, so a class absent
+    from the clip counts 0, and only a name no detector gives is a mistake)."""
+    names = tuple(name for name in names if name)
+    if not set(names) <= set(COCO_CLASSES):
+        return names
+    return names + tuple(name for name in COCO_CLASSES if name not in names)
 
 
-def unknown_label_note(oracle: Oracle, labels) -> str | None:
-    """A note for the frame functions' `labels` (None: any class) that `oracle` never gives
-    (known only for an oracle with `labels`): they count nothing on every frame, which is
-    rarely what a user meant (`objects('Car')` of a detector that says 'car')."""
+def check_labels(oracle: Oracle, labels, sql: str | None = None) -> None:
+    """Raise QueryError for the first of `labels` (None: any class) that `oracle`, whose
+    labels are known ahead, can never give, naming the nearest it gives; `sql` is the query
+    text, for the label's position. An oracle without known labels (PYTHON) accepts any."""
     if oracle.labels is None:
-        return None
-    known = set(oracle.labels)
-    notes = []
-    for label in dict.fromkeys(x for x in labels if x is not None and x not in known):
-        near = [k for k in oracle.labels if k.lower() == label.lower()]
-        notes.append(f"oracle {oracle.name!r} never gives label {label!r}, so frame functions "
-                     f"of {label!r} count nothing on any frame" + (
-                         f" (it gives {near[0]!r}: class names are case-sensitive)" if near else ""))
-    if not notes:
-        return None
-    return "; ".join(notes) + f"; its labels: {', '.join(oracle.labels[:12])}" + (
-        ", ..." if len(oracle.labels) > 12 else "")
+        return
+    for label in labels:
+        if label is not None and label not in oracle.labels:
+            near = nearest_labels(label, oracle.labels)
+            found = -1 if sql is None else sql.find("'" + label.replace("'", "''") + "'")
+            listed = ", ".join(oracle.labels[:12]) + (", ..." if len(oracle.labels) > 12 else "")
+            raise QueryError(
+                f"oracle {oracle.name!r} has no class {label!r}" + (
+                    f"; did you mean {alternatives(near)}?" if near else ""),
+                sql, found if found >= 0 else None,
+                hint=f"class names are case-sensitive; its classes: {listed}")
 
 
-def unknown_label_notes(oracles, labels) -> str | None:
-    """`unknown_label_note` of each of `oracles` (a query over several videos), joined."""
-    notes = dict.fromkeys(filter(None, (unknown_label_note(o, labels) for o in oracles)))
-    return "; ".join(notes) or None
+def alternatives(names: list[str]) -> str:
+    """'a', 'b' or 'c'."""
+    quoted = [repr(name) for name in names]
+    return " or ".join(filter(None, [", ".join(quoted[:-1]), quoted[-1]]))
+
+
+def nearest_labels(label: str, known) -> list[str]:
+    """The names of `known` nearest `label`: those equal to it but for case, else up to
+    three close ones (difflib) scoring near the closest ('cars': 'car', not 'carrot')."""
+    same = [name for name in known if name.lower() == label.lower()]
+    if same:
+        return same
+    close = difflib.get_close_matches(label, list(known), n=3)
+    scores = [difflib.SequenceMatcher(None, label, name).ratio() for name in close]
+    return [name for name, score in zip(close, scores, strict=True) if score >= scores[0] - 0.1]
 
 
 def detection_arrays(df: pd.DataFrame, oracle: Oracle) -> DetectionArrays:

@@ -12,7 +12,7 @@ import pandas as pd
 
 from vidql.base.errors import OracleError
 from vidql.base.detections import FLOAT_COLUMNS, DetectionArrays, detections_frame
-from vidql.engine.labels.oracle_api import Oracle, file_digest
+from vidql.engine.labels.oracle_api import Oracle, file_digest, label_vocabulary
 from vidql.base.ranges import BATCH_SIZE, Bounds
 from vidql.engine.sql.sqlnames import ORACLE_KINDS
 from vidql import datasets
@@ -124,7 +124,7 @@ class LabelsOracle(Oracle):
         self.name, self.batch_size, self.simulated_cost_ms = name, batch_size, cost_ms
         self.nearly_free = cost_ms is None  # a stated cost stands in for a model's
         self.identity = f"labels:{name}:{self._table.digest}"
-        self.labels = self._table.label_names
+        self.labels = label_vocabulary(self._table.label_names)
         self.sources = (Path(path),)
 
     def check_clips(self, clips: tuple[str, ...]) -> None:
