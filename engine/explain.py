@@ -15,8 +15,9 @@ from vidql import queries
 from vidql.engine.sql.dialect import Query
 from vidql.engine.exact import bind_query, label_bounds, label_reads, needed_frames
 from vidql.engine.sql.framestat import FrameExpr, frame_statistic, is_predicate
-from vidql.engine.planner import (OPERATORS, Binding, cap_ran_out, column_groups, count_star, error_bound,
-                      group_codes, grouped_error_bound, predicate_expr, query_confidence)
+from vidql.engine.planner import (OPERATORS, Binding, budget_result, cap_ran_out, column_groups,
+                                  count_star, error_bound, group_codes, grouped_error_bound,
+                                  predicate_expr, query_confidence)
 from vidql.engine.pricing import TIMING_FRAMES, Price, oracle_ms, price, uniform_draw
 from vidql.engine.result import Report, Result
 from vidql.queries import selection_forecast
@@ -127,6 +128,8 @@ def _estimate_approximate(b: Binding, q: Query, report: Report
     if q.kind in ("aggregate_budget", "rare"):
         report.details["estimate"] = ("the ORACLE BUDGET (or every frame, if fewer), less the "
                                       "share of frames already labelled")
+        if q.kind == "aggregate_budget" and not q.group_by:
+            _advise_budget(b, q, report)
         return round(min(int(c.budget), b.n) * (1.0 - StandIn.cached_share(b))), None
     stand_in = StandIn.build(b)
     if stand_in is None:
@@ -156,7 +159,44 @@ def _estimate_approximate(b: Binding, q: Query, report: Report
         report.details["estimate"] += (f"; the dry run spent the ORACLE BUDGET of {c.budget} "
                                        "before the interval was within the error asked: "
                                        "expect a wider interval")
+        if not q.group_by and not c.error_relative:
+            report.details["estimate"] += (
+                f" (forecast: ERROR WITHIN {c.error:g} needs "
+                f"{_labels_for_error(b, q, c.error, seed)})")
     return stand_in.new_frames()
+
+
+def _advise_budget(b: Binding, q: Query, report: Report) -> None:
+    """Add to an ORACLE BUDGET aggregate's estimate (no GROUP BY) the interval the budget
+    buys and the labels an interval half as wide needs (ERROR WITHIN, which stops once
+    there): dry runs of both operators on stand-in values, so a forecast, as good as they."""
+    stand_in = StandIn.build(b)
+    if stand_in is None:
+        return
+    seed = 0 if q.clauses.seed is None else b.sampling_seed(int(q.clauses.seed))
+    got = budget_result(b, q, seed, Report(operator="estimate"), truths=stand_in)
+    half = (got.ci_high - got.ci_low) / 2
+    if not np.isfinite(half):
+        return
+    total = q.aggregate.func != "avg"  # COUNT and SUM: ERROR WITHIN is per frame
+    wanted = float(f"{half / 2:.1g}") if half > 0 else 0.0
+    text = f"forecast from {stand_in.note}: the ORACLE BUDGET buys about ±{half:.3g}"
+    if wanted > 0:
+        error = wanted / b.n if total else wanted
+        text += (f"; ±{wanted:g} needs {_labels_for_error(b, q, error, seed)} "
+                 f"(ERROR WITHIN {error:.3g})")
+    report.details["estimate"] += "; " + text
+
+
+def _labels_for_error(b: Binding, q: Query, error: float, seed: int) -> str:
+    """The labels (cached or not) a dry run of ERROR WITHIN `error` (absolute, per frame
+    for COUNT and SUM), without a cap, draws before its interval is that narrow, in words."""
+    clauses = dataclasses.replace(q.clauses, error=error, error_relative=False, budget=None)
+    stand_in = StandIn.build(b)
+    error_bound(b, dataclasses.replace(q, kind="aggregate", clauses=clauses), seed,
+                Report(operator="estimate"), truths=stand_in)
+    labels = int(stand_in.asked.sum())
+    return f"about {labels} labels" if labels < b.n else f"every frame ({b.n} labels)"
 
 
 MIN_PILOT = 20  # labelled frames an estimate without an index needs

@@ -526,14 +526,13 @@ def _run_budget(b: Binding, q: Query, seed: int, report: Report, stat, pred, con
                          "of frame functions needs a value on every frame", q.text,
                          max(q.text.rfind(q.group_by), 0),
                          hint=f"give those frames a group: GROUP BY coalesce({q.group_by}, -1)")
-    proxy = _budget_proxy(b, stat, pred, report, group)
     notes = []
     report.guarantee = (f"{agg.func.upper()} with ≤ {budget} oracle calls, {percent(conf)} "
                         f"finite-sample interval")
-    common = dict(budget=budget, agg=agg.func, confidence=conf, seed=seed,
-                  value_range=_value_range(stat, report))
     if group is not None:
-        results = queries.aggregate_budget_grouped(proxy, _pair(b, stat, pred, group), **common)
+        results = queries.aggregate_budget_grouped(_budget_proxy(b, stat, pred, report, group),
+                                                   _pair(b, stat, pred, group),
+                                                   **_budget_keywords(q, seed, report, stat))
         report.operator = "aggregate under budget, grouped (ABae)"
         report.guarantee += f", all {len(results)} groups at once"
         kind = expr_type(group)
@@ -545,13 +544,28 @@ def _run_budget(b: Binding, q: Query, seed: int, report: Report, stat, pred, con
         notes.append("the groups are the key values found in the sampled frames: a value "
                      "on no sampled frame has no row")
     else:
-        result = queries.aggregate_budget(proxy, _pair(b, stat, pred), **common)
+        result = budget_result(b, q, seed, report)
         report.operator = f"aggregate under budget ({result.method})"
         frame = _aggregate_frame(result, 1.0, conf)
         notes += [result.details["note"]] if "note" in result.details else []
     _add_notes(report, notes)
     # an estimate or edge the sample cannot support is NULL, never NaN
     return frame.astype({"estimate": "Float64", "ci_low": "Float64", "ci_high": "Float64"})
+
+
+def budget_result(b: Binding, q: Query, seed: int, report: Report, truths=None):
+    """Run the ORACLE BUDGET operator of an aggregate without GROUP BY; `truths` as in
+    error_bound."""
+    stat, pred, _ = _error_bound_targets(q)
+    return queries.aggregate_budget(_budget_proxy(b, stat, pred, report),
+                                    _pair(b, stat, pred, truths=truths),
+                                    **_budget_keywords(q, seed, report, stat))
+
+
+def _budget_keywords(q: Query, seed: int, report: Report, stat) -> dict:
+    """The ORACLE BUDGET operators' keywords besides the proxy and the true values."""
+    return dict(budget=q.clauses.budget, agg=q.aggregate.func, confidence=query_confidence(q),
+                seed=seed, value_range=_value_range(stat, report))
 
 
 def _add_notes(report: Report, notes: list[str]) -> None:

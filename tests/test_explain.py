@@ -224,3 +224,31 @@ def test_the_planner_scans_where_the_scan_is_priced_cheaper(long_gop):
     db.sql("SET SAMPLING = 'cheaper'")
     budget = db.sql("SELECT AVG(objects('car')) FROM g ORACLE BUDGET 12 SEED 3")
     assert not budget.report.operator.startswith("exact scan")
+
+
+def test_explain_advises_what_a_budget_buys(tmp_path, traffic):
+    """For an aggregate under ORACLE BUDGET, EXPLAIN forecasts the interval the budget buys
+    and the labels half that width needs (ERROR WITHIN): within a factor of 2 of the
+    interval the query then gives and of the labels ERROR WITHIN then draws. A capped
+    ERROR WITHIN whose cap runs out is told the labels its error needs."""
+    import re
+
+    with _connect(tmp_path / "a.db", *traffic) as db:
+        db.sql("SELECT COUNT(*) FROM v WHERE contains('person') ORACLE BUDGET 100 SEED 1")
+        for query in ("SELECT AVG(objects('car')) FROM v ORACLE BUDGET 200 SEED 2",
+                      "SELECT COUNT(*) FROM v WHERE objects('car') >= 12 ORACLE BUDGET 200 SEED 2"):
+            note = db.sql(f"EXPLAIN {query}").df()["note"][0]
+            found = re.search(r"forecast from .* the ORACLE BUDGET buys about ±([\d.e+]+); "
+                              r"±([\d.e+]+) needs about (\d+) labels \(ERROR WITHIN ([\d.e+-]+)\)",
+                              note)
+            assert found, note
+            half, wanted, labels, error = (float(x) for x in found.groups())
+            assert 0 < wanted <= half
+            got = db.sql(query).df().iloc[0]
+            assert 0.5 < (got["ci_high"] - got["ci_low"]) / 2 / half < 2
+            narrower = db.sql(f"{query.split(' ORACLE')[0]} ERROR WITHIN {error} SEED 2").df()
+            assert (narrower["ci_high"] - narrower["ci_low"])[0] / 2 <= wanted * 1.01
+            assert 0.5 < narrower["frames"][0] / labels < 2
+        capped = db.sql("EXPLAIN SELECT AVG(objects('car')) FROM v ERROR WITHIN 0.5 "
+                        "ORACLE BUDGET 20 SEED 1").df()["note"][0]
+        assert re.search(r"forecast: ERROR WITHIN 0.5 needs about \d+ labels", capped), capped
