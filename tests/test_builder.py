@@ -97,15 +97,23 @@ def test_a_value_without_a_sql_literal_is_a_parameter_error(bad):
         V.where(bad)
 
 
-def test_numpy_scalars_and_quotes_run(traffic_db):
+def test_numpy_scalars_and_quotes_run(traffic_db, small_traffic, tmp_path):
+    from vidql.datasets import read_labels
+
+    quoted = read_labels(small_traffic[1]).replace({"label": {"person": "it's"}})
+    quoted.to_csv(tmp_path / "quoted.csv", index=False)
     with vidql.connect(traffic_db, progress=False) as db:
         t = db.video("t").using(seed=np.int64(2))
         hits = t.where(objects("car") >= np.float64(3)).limit(np.int64(2), budget=np.int32(50))
         assert len(hits) == 2 and hits.fetchnumpy()["verified"].all()
         avg = t.aggregate("avg", objects("car"), error=np.float64(0.5), confidence=np.float32(0.9))
         assert avg.report.guarantee.startswith("AVG within ±0.5")
-        quoted = db.video("t").where("frame < 5").exact(contains("it's"), objects("b'q") == 0)
-        assert quoted.fetchall() == [(False, True)] * 5  # class names with quotes, as literals
+        db.sql(f"CREATE ORACLE q FROM LABELS '{tmp_path / 'quoted.csv'}'")
+        got = db.video("t").using(oracle="q").where("frame < 5").exact(contains("it's"))
+        people = set(quoted.loc[quoted["label"] == "it's", "frame"])
+        assert got.fetchall() == [(f in people,) for f in range(5)]  # quotes, as literals
+        with pytest.raises(QueryError, match="oracle 'q' has no class \"b'q\""):
+            db.video("t").using(oracle="q").exact(objects("b'q") == 0)
 
 
 # ------------------------------------------------------------------ fuzz
