@@ -1,8 +1,10 @@
 """EXPLAIN: a query's plan and its estimated oracle calls and seconds, without calling the
 oracle. ERROR WITHIN and LIMIT are estimated by a dry run of the operator itself on stand-in
-values (StandIn); budgeted kinds by their budget less what is labelled already. Seconds are
-the oracle's plus decoding's: each labelling call decodes its frames' GOPs from their
-keyframes (engine/pricing.py), so a dry run's rounds are priced one by one."""
+values (StandIn); budgeted kinds by their budget less what is labelled already, an ORACLE
+BUDGET aggregate with a forecast from the same stand-ins of the interval its budget buys
+and the labels one half as wide needs. Seconds are the oracle's plus decoding's: each
+labelling call decodes its frames' GOPs from their keyframes (engine/pricing.py), so a dry
+run's rounds are priced one by one."""
 from __future__ import annotations
 
 import dataclasses

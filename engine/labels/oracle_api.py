@@ -103,7 +103,7 @@ def label_vocabulary(names) -> tuple[str, ...]:
     return names + tuple(name for name in COCO_CLASSES if name not in names)
 
 
-def check_labels(oracle: Oracle, labels, sql: str | None = None) -> None:
+def check_labels(oracle: Oracle, labels, sql: str) -> None:
     """Raise QueryError for the first of `labels` (None: any class) that `oracle`, whose
     labels are known ahead, can never give, naming the nearest it gives; `sql` is the query
     text, for the label's position. An oracle without known labels (PYTHON) accepts any."""
@@ -112,7 +112,7 @@ def check_labels(oracle: Oracle, labels, sql: str | None = None) -> None:
     for label in labels:
         if label is not None and label not in oracle.labels:
             near = nearest_labels(label, oracle.labels)
-            found = -1 if sql is None else sql.find("'" + label.replace("'", "''") + "'")
+            found = sql.find("'" + label.replace("'", "''") + "'")
             listed = ", ".join(oracle.labels[:12]) + (", ..." if len(oracle.labels) > 12 else "")
             raise QueryError(
                 f"oracle {oracle.name!r} has no class {label!r}" + (
