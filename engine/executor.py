@@ -9,8 +9,8 @@ import pandas as pd
 
 from vidql.engine.sql.dialect import (AlterVideoPath, AlterVideoStart, CreateIndex, CreateOracle, DropIndex,
                       DropOracle, DropVideo, LoadVideo, PlainSQL, Query, RefreshIndex, SetExecutor, SetSampling,
-                      SetOracle, ShowClips, ShowIndexes, ShowOracles, ShowVideos, describe,
-                      parse_script)
+                      SetOracle, ShowClips, ShowIndexes, ShowOracles, ShowVideos, WriteResult,
+                      describe, parse_script)
 from vidql.engine.sql.dialect_lex import tokenize
 from vidql.engine.sql.sqlnames import quote_name
 from vidql.base.errors import CatalogError, ParameterError, QueryError
@@ -210,6 +210,7 @@ _HANDLERS = {
     DropIndex: _drop_index,
     PlainSQL: lambda db, stmt: _plain(db, stmt.sql),
     Query: lambda db, stmt: run_query(db, stmt),
+    WriteResult: lambda db, stmt: write_result(db, stmt),
 }
 
 
@@ -228,6 +229,29 @@ def _plain(db, sql: str) -> Result | None:
         return None if rel is None else Result.of(db.catalog.con, rel)
     except duckdb.Error as exc:
         raise QueryError(f"DuckDB: {exc}", sql) from None
+
+
+def write_result(db, stmt: WriteResult) -> Result | None:
+    """COPY (query) TO ... / CREATE TABLE ... AS query: run the query, then let DuckDB write
+    its rows. The answer says how many rows were written, with the query's report; a query
+    that reads no video is DuckDB's alone."""
+    q = stmt.query
+    videos = {v.lower() for v in db.catalog.video_names()}
+    if q.kind == "exact" and not any(t.split(".")[0].lower() in videos for t in q.tables):
+        return _plain(db, stmt.sql)
+    result = run_query(db, q)
+    con = db.catalog.con
+    view = f"vidql_result_{id(result)}"
+    result.relation.create_view(view)
+    try:
+        _plain(db, f"{stmt.before}SELECT * FROM {view}{stmt.after}")
+    finally:
+        con.execute(f"DROP VIEW IF EXISTS {view}")
+    rows = f"{len(result)} row{'' if len(result) == 1 else 's'}"
+    answer = _message(db, f"wrote {rows}: {' '.join(stmt.before.split())}<query>"
+                          f"{' '.join(stmt.after.split())}")
+    answer.report = result.report
+    return answer
 
 
 def run_query(db, q: Query) -> Result | None:
