@@ -48,7 +48,7 @@ from vidql.base.errors import QueryError
 from vidql.base.ranges import percent
 
 __all__ = [
-    "parse", "parse_script", "describe", "Statement", "Query", "Clauses", "Aggregate",
+    "parse", "parse_script", "script_statements", "describe", "Statement", "Query", "Clauses", "Aggregate",
     "OutputColumn", "PlainSQL", "LoadVideo", "ShowVideos", "DropVideo", "CreateOracle",
     "SetOracle", "SetExecutor", "SetSampling", "ShowOracles", "DropOracle", "AlterVideoPath", "AlterVideoStart",
     "ShowClips", "CreateIndex", "RefreshIndex", "ShowIndexes", "DropIndex", "WriteResult",
@@ -71,7 +71,13 @@ def parse(query: str) -> Statement:
 def parse_script(text: str) -> list[Statement]:
     """Parse statements separated by `;` (split on DuckDB tokens, so `;` inside strings
     and comments is kept). Error positions refer to the whole script."""
-    return [_parse_statement(text, tokens) for tokens in _statements(text)]
+    return [stmt for _, stmt in script_statements(text)]
+
+
+def script_statements(text: str) -> list[tuple[str, Statement]]:
+    """`parse_script`, each statement with its text as written."""
+    return [(text[tokens[0].start:tokens[-1].end], _parse_statement(text, tokens))
+            for tokens in _statements(text)]
 
 
 def _statements(text: str) -> list[list[Token]]:
