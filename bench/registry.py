@@ -3,7 +3,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, TypeVar
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -17,8 +19,10 @@ class BenchContext:
     cache_dir: Path = Path(".vidql-cache")
     tiny: bool = False  # seconds per scenario, for the test suite: the figures mean nothing
 
-    def size(self, quick: int, full: int, tiny: int) -> int:
-        """A scenario's size (frames, trials, ...) for this run: tiny, quick or full."""
+    def size(self, quick: T, full: T, tiny: T) -> T:
+        """A scenario's size (frames, trials, options, ...) for this run: tiny, quick or full.
+        Scenarios read `tiny` through this alone, so a tiny run (the test suite's) takes the
+        code path of a quick run with smaller data."""
         return tiny if self.tiny else quick if self.quick else full
 
 

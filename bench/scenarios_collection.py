@@ -243,31 +243,29 @@ def measure_collection(ctx: BenchContext, tag: str, source: Path, labels: Path,
                        index_options: dict, appends: list[Path] | None = None) -> dict:
     """Load `source` as one collection, append `appends` one by one into a second database,
     index and query the first; the databases are removed afterwards. Each step runs in a
-    spawned process, except in a tiny run (no torch import per step; RSS is then this
-    process's)."""
-    step = run_here if ctx.tiny else in_child
+    spawned process (a tiny run too, so the test suite takes this path)."""
     db_path = Path(ctx.out_dir).resolve() / f"collection-{tag}.db"
     append_path = db_path.with_name(f"collection-{tag}-append.db")
     remove_database(db_path)
     remove_database(append_path)
     try:
-        load = step(load_step, str(db_path), str(source), str(labels))
+        load = in_child(load_step, str(db_path), str(source), str(labels))
         clip_frames = load.pop("clip_frames")
         load.update(clips=len(clip_frames), frames=sum(clip_frames.values()),
                     seconds_per_clip=load["seconds"] / len(clip_frames),
                     catalog_bytes=catalog_bytes(db_path))
         run = {"load_video": load}
         if appends:
-            run["append"] = appends_figures(step(append_step, str(append_path),
+            run["append"] = appends_figures(in_child(append_step, str(append_path),
                                                      [str(v) for v in appends]))
             run["append"]["catalog_bytes"] = catalog_bytes(append_path)
-        index = step(index_step, str(db_path), index_options, COLLECTION, INDEX)
+        index = in_child(index_step, str(db_path), index_options, COLLECTION, INDEX)
         index["catalog_bytes"] = catalog_bytes(db_path)
         run["create_index"] = index
         names = list(clip_frames)
         picked = [names[i] for i in sorted(set(np.linspace(0, len(names) - 1,
                                                            min(PER_CLIP, len(names))).astype(int)))]
-        queries = step(query_step, str(db_path), query_sqls(picked, ctx.seed))
+        queries = in_child(query_step, str(db_path), query_sqls(picked, ctx.seed))
         run["queries_peak_rss_mb"] = queries["peak_rss_mb"]
         run["queries"] = judge_queries(queries["queries"], exact_means(labels, clip_frames),
                                        clip_frames)
@@ -275,11 +273,6 @@ def measure_collection(ctx: BenchContext, tag: str, source: Path, labels: Path,
         remove_database(db_path)
         remove_database(append_path)
     return run
-
-
-def run_here(fn, *args):
-    """`fn(*args)` in this process."""
-    return fn(*args)
 
 
 def appends_figures(step: dict) -> dict:
@@ -307,9 +300,9 @@ def appends_figures(step: dict) -> dict:
                         "all clips and per clip against the exact answer, peak RSS and catalog "
                         "size")
 def run_collection(ctx: BenchContext) -> ScenarioResult:
-    sizes = (TINY_CLIPS,) if ctx.tiny else SIZES_QUICK if ctx.quick else SIZES_FULL
-    frames = TINY_FRAMES if ctx.tiny else CLIP_FRAMES
-    index_options = dict(TINY_INDEX_OPTIONS if ctx.tiny else INDEX_OPTIONS)
+    sizes = ctx.size(SIZES_QUICK, SIZES_FULL, tiny=(TINY_CLIPS,))
+    frames = ctx.size(CLIP_FRAMES, CLIP_FRAMES, tiny=TINY_FRAMES)
+    index_options = dict(ctx.size(INDEX_OPTIONS, INDEX_OPTIONS, tiny=TINY_INDEX_OPTIONS))
     runs = {}
     for n in sizes:
         print(f"   collection: {n} clips of {frames} frames", flush=True)

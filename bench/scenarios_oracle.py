@@ -128,7 +128,8 @@ def oracle(ctx: BenchContext) -> ScenarioResult:
     n = ctx.size(96, 240, tiny=16)
     raw, engine = {}, None
     fastest = lambda a, b: b if a is None or b["fps"] > a["fps"] else a  # noqa: E731
-    for _ in range(1 if ctx.tiny else ROUNDS):  # side by side: a load spike hits every path
+    rounds = ctx.size(ROUNDS, ROUNDS, tiny=1)
+    for _ in range(rounds):  # side by side: a load spike hits every path
         for setting in SETTINGS:
             raw[setting] = fastest(raw.get(setting), raw_loop(model, clip, n, *setting))
         engine = fastest(engine, engine_scan(ctx, model, clip, n))
@@ -144,7 +145,7 @@ def oracle(ctx: BenchContext) -> ScenarioResult:
     return ScenarioResult(figures=figures, table=rows, notes=[
         f"vidql's exact scan runs at {ratio:.2f} of the best raw loop "
         f"({_setting_name(best)}), target >= 0.85",
-        f"each path ran {1 if ctx.tiny else ROUNDS} times, in turn; its fastest run is shown",
+        f"each path ran {rounds} times, in turn; its fastest run is shown",
         f"ORACLE BUDGET {sampled['oracle_calls']} aggregate over {sampled['frames']} traffic "
         f"frames (no index): {sampled['seconds']:.2f} s, of which "
         f"{sampled['outside_detector']:.0%} outside the detector, target <= 20%"])

@@ -106,33 +106,32 @@ def onto_populations(ctx: BenchContext) -> list[Population]:
 
 def traffic_populations(ctx: BenchContext) -> list[Population]:
     """synthetic-traffic with the proxies of a TASTI index built as vidql builds it (triplet
-    embedder, 2% of frames labelled): car counts, and bus frames with the index's
-    embeddings. The index is saved in the cache folder and reused by later runs. None in a
-    tiny run: a video short enough has no bus, and the index scenario builds such an index."""
-    if ctx.tiny:
-        return []
-    return list(_traffic_populations(Path(ctx.cache_dir), 10_000 if ctx.quick else 100_000,
-                                     ctx.seed))
+    embedder, the index's default sizes: 2% of frames labelled): car counts, and bus frames
+    with the index's embeddings. The index is saved in the cache folder and reused by later
+    runs. A tiny run takes 1500 frames and the pixel embedder (no training), so the same
+    code runs in seconds."""
+    return list(traffic_index_populations(Path(ctx.cache_dir), ctx.size(10_000, 100_000, 1500),
+                                          ctx.seed, ctx.size("triplet", "triplet", "pixel")))
 
 
 @functools.lru_cache(maxsize=2)
-def _traffic_populations(cache_dir: Path, n: int, seed: int) -> tuple[Population, ...]:
+def traffic_index_populations(cache_dir: Path, n: int, seed: int,
+                              embedder: str = "triplet") -> tuple[Population, ...]:
+    """The populations of `traffic_populations` for `n` frames, an index by `embedder`."""
     from vidql.indexes import TastiIndex  # FAISS and the index code load for this population only
 
-    from .scenarios_index import LABEL_FRACTION, SIZE, CountingLabels
+    from .scenarios_index import SIZE, CountingLabels
 
     video, labels = ensure_traffic(cache_dir, n, seed=seed)
     detections = read_labels(labels)
-    directory = cache_dir / f"{video.stem}.bench-index"
-    identity = {"labels": labels.name, "seed": seed}
+    directory = cache_dir / f"{video.stem}.bench-index-{embedder}"
+    identity = {"labels": labels.name, "seed": seed, "embedder": embedder}
     try:
         index = TastiIndex.load(directory, expect=identity)
     except VidqlError:
-        reps = int(LABEL_FRACTION * n)
         with FrameReader(video) as source:
-            index = TastiIndex.build(source, CountingLabels(detections), train=reps // 2,
-                                     reps=reps, seed=seed, size=SIZE, identity=identity,
-                                     progress=False)
+            index = TastiIndex.build(source, CountingLabels(detections), seed=seed, size=SIZE,
+                                     embedder=embedder, identity=identity, progress=False)
         index.save(directory)
     frames = np.arange(n)
     cars = evaluate("objects('car')", detections, frames)
@@ -179,9 +178,12 @@ POPULATIONS: list[Callable[[BenchContext], list[Population]]] = [
 
 
 def _populations(ctx: BenchContext, *needs: str, temporal: bool = False) -> list[Population]:
+    """The populations with the fields in `needs` (a predicate true somewhere: a short
+    traffic video may have no bus)."""
     pops = [p for provider in POPULATIONS for p in provider(ctx)]
     return [p for p in pops if all(getattr(p, f) is not None for f in needs)
-            and (p.temporal or not temporal)]
+            and (p.temporal or not temporal)
+            and (p.predicate is None or "predicate" not in needs or p.predicate.any())]
 
 
 def _bar_plot(ctx: BenchContext, name: str, rows: list[dict], label: str, value: str) -> list[str]:

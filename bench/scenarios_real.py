@@ -180,7 +180,7 @@ def real(ctx: BenchContext) -> ScenarioResult:
     hd = hd_long_gop(data / HD_SOURCE, ctx.cache_dir, ctx.size(905, 905, tiny=60),
                      ctx.size((1920, 1080), (1920, 1080), tiny=(640, 360)))
     clips = [(hd, "truck", None), (hd, "truck", ORACLE_RENDITION)]
-    clips += [] if ctx.tiny else [(data / c, t, None) for c, t in CLIPS]
+    clips += [(data / c, t, None) for c, t in ctx.size(CLIPS, CLIPS, tiny=())]
     rows = [row for clip, thing, rendition in clips
             for row in clip_rows(ctx, clip, thing, model, rendition)]
     sampled = [r for r in rows if r["kind"] != "exact scan"]

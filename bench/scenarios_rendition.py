@@ -100,7 +100,7 @@ def rendition(ctx: BenchContext) -> ScenarioResult:
     data = ctx.shared_dir / "data"
     hd = hd_long_gop(data / HD_SOURCE, ctx.cache_dir, ctx.size(905, 905, tiny=60),
                      ctx.size((1920, 1080), (1920, 1080), tiny=(640, 360)))
-    clips = [hd] + ([] if ctx.tiny else [data / c for c in CLIPS if (data / c).is_file()])
+    clips = [hd] + [data / c for c in ctx.size(CLIPS, CLIPS, tiny=()) if (data / c).is_file()]
     oracle = OnnxDetector("yolox", model, score=0.3)
     rows = [clip_row(ctx, clip, oracle) for clip in clips]
     worst = min(r["equal_counts"] for r in rows)

@@ -349,9 +349,8 @@ def measure_size(ctx: BenchContext, n: int, load_options: dict, index_options: d
                    "operator on arrays) at 10k, 100k and (full run) 1M frames")
 def run_scale(ctx: BenchContext) -> ScenarioResult:
     load_options, index_options = build_options()
-    sizes = scale_sizes(ctx.quick)
-    if ctx.tiny:
-        sizes, index_options = (1000,), index_options or dict(TINY_INDEX_OPTIONS)
+    sizes = ctx.size(scale_sizes(True), scale_sizes(False), tiny=(1000,))
+    index_options = index_options or ctx.size({}, {}, tiny=dict(TINY_INDEX_OPTIONS))
     runs = {}
     for n in sizes:
         print(f"   scale: {n} frames", flush=True)

@@ -9,13 +9,14 @@ import pandas as pd
 
 from vidql.engine.sql.dialect import (AlterVideoPath, AlterVideoStart, CreateIndex, CreateOracle, DropIndex,
                       DropOracle, DropVideo, LoadVideo, PlainSQL, Query, RefreshIndex, SetExecutor, SetSampling,
-                      SetOracle, ShowClips, ShowIndexes, ShowOracles, ShowVideos, describe,
-                      parse_script)
+                      SetOracle, ShowClips, ShowIndexes, ShowOracles, ShowVideos, WriteResult,
+                      describe, script_statements)
 from vidql.engine.sql.dialect_lex import tokenize
 from vidql.engine.sql.sqlnames import quote_name
-from vidql.base.errors import CatalogError, ParameterError, QueryError
+from vidql.base.errors import CatalogError, ParameterError, QueryError, VidqlError
 from vidql.engine.exact import label_bounds, label_reads, run_exact
 from vidql.engine.sql.framestat import parse_frame_expr
+from vidql.engine.labels.cache import on_terminal
 from vidql.engine.catalog.indexstore import describe_extensions
 from vidql.engine.result import Report, Result
 from vidql.preprocess.rendition import LONG_SIDE, SHORT_SIDE
@@ -29,15 +30,19 @@ def execute_script(db, text: str, scope: dict | None = None):
     """Run every statement of `text` in order; return the last one's result. Results,
     relations and data frames among `scope` (the caller's variables) are read by name where
     no table has that name, as DuckDB does (`r = db.sql(...)`, `db.sql("SELECT * FROM r")`)."""
-    statements = parse_script(text)
+    results = [result for _, result in execute_each(db, text, scope)]
+    return results[-1] if results else None
+
+
+def execute_each(db, text: str, scope: dict | None = None):
+    """`execute_script`, yielding (statement text, its result) as each statement finishes."""
+    statements = script_statements(text)
     with _readable_results(db.catalog.con, text, scope or {}):
-        result = None
-        for statement in statements:
+        for written, statement in statements:
             if db.read_only and isinstance(statement, CATALOG_WRITES):
                 raise CatalogError(f"the database is open read-only and this statement writes "
                                    f"({describe(statement)}): open it without --read-only")
-            result = execute(db, statement)
-    return result
+            yield written, execute(db, statement)
 
 
 @contextmanager
@@ -209,6 +214,7 @@ _HANDLERS = {
     DropIndex: _drop_index,
     PlainSQL: lambda db, stmt: _plain(db, stmt.sql),
     Query: lambda db, stmt: run_query(db, stmt),
+    WriteResult: lambda db, stmt: write_result(db, stmt),
 }
 
 
@@ -229,6 +235,29 @@ def _plain(db, sql: str) -> Result | None:
         raise QueryError(f"DuckDB: {exc}", sql) from None
 
 
+def write_result(db, stmt: WriteResult) -> Result | None:
+    """COPY (query) TO ... / CREATE TABLE ... AS query: run the query, then let DuckDB write
+    its rows. The answer says how many rows were written, with the query's report; a query
+    that reads no video is DuckDB's alone."""
+    q = stmt.query
+    videos = {v.lower() for v in db.catalog.video_names()}
+    if q.kind == "exact" and not any(t.split(".")[0].lower() in videos for t in q.tables):
+        return _plain(db, stmt.sql)
+    result = run_query(db, q)
+    con = db.catalog.con
+    view = f"vidql_result_{id(result)}"
+    result.relation.create_view(view)
+    try:
+        _plain(db, f"{stmt.before}SELECT * FROM {view}{stmt.after}")
+    finally:
+        con.execute(f"DROP VIEW IF EXISTS {view}")
+    rows = f"{len(result)} row{'' if len(result) == 1 else 's'}"
+    answer = _message(db, f"wrote {rows}: {' '.join(stmt.before.split())}<query>"
+                          f"{' '.join(stmt.after.split())}")
+    answer.report = result.report
+    return answer
+
+
 def run_query(db, q: Query) -> Result | None:
     """Run a query (exact, approximate or EXPLAIN); the Result carries its report."""
     from vidql.engine.explain import explain
@@ -243,9 +272,44 @@ def run_query(db, q: Query) -> Result | None:
         elif why := scan_is_cheaper(db, q):
             result = as_aggregate(db, _exact(db, q), q, why)
         else:
-            result = run_approximate(db, q)
+            with _forecast(db, q):
+                result = run_approximate(db, q)
     db.last_report = None if result is None else result.report
     return result
+
+
+@contextmanager
+def _forecast(db, q: Query):
+    """While `q` runs, its label cache's `forecast`: EXPLAIN's estimate of its oracle calls,
+    the total of its progress bar where no ORACLE BUDGET gives one. Computed only where the
+    bar is drawn, and only where estimating labels nothing (an oracle with a stated cost,
+    timed before, or nearly free); a query the estimate refuses raises its own error."""
+    cache, calls = _forecast_calls(db, q) if db.progress and on_terminal() \
+        and q.clauses.budget is None else (None, None)
+    if cache is None:
+        yield
+        return
+    cache.forecast = calls
+    try:
+        yield
+    finally:
+        cache.forecast = None
+
+
+def _forecast_calls(db, q: Query):
+    """(the query's label cache, its forecast oracle calls), or (None, None)."""
+    from vidql.engine.explain import estimate_approximate
+    from vidql.engine.planner import Binding
+
+    try:
+        b = Binding(db, q)
+        oracle = b.cache.oracle
+        if not (oracle.nearly_free or oracle.simulated_cost_ms is not None
+                or db.catalog.measured_ms_per_frame(oracle.identity) is not None):
+            return None, None
+        return b.cache, estimate_approximate(db, q, b)[1].calls
+    except VidqlError:
+        return None, None
 
 
 def _exact(db, q: Query):

@@ -61,7 +61,7 @@ class Report:
                       f"cache hits: {self.cache_hits}"]
         if self.index:
             parts.append(f"index: {self.index}")
-        parts += [self.details[k] for k in ("label_note", "index_note", "note")
+        parts += [self.details[k] for k in ("index_note", "note")
                   if self.details.get(k)]
         if self.seed is not None:
             parts.append(f"seed: {self.seed}")

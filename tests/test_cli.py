@@ -1,6 +1,8 @@
 """The command line: sql, load, shell (driven through stdin), bench listing, errors."""
 from __future__ import annotations
 
+import ast
+import inspect
 import io
 import json
 import re
@@ -10,7 +12,7 @@ import sys
 import pytest
 
 import vidql
-from vidql.bench.runner import load_scenarios
+from vidql.bench.runner import SCENARIO_MODULES, load_scenarios
 from vidql.cli import main
 from vidql.shell import Shell
 
@@ -83,6 +85,21 @@ def test_bench_tiny_runs_every_scenario(scenario, tmp_path):
     assert "error" not in entry, entry.get("traceback")
     assert entry["table"] or "skipped" in entry["figures"]  # some need ../shared
     assert f"## {scenario}" in (out / "report.md").read_text()
+
+
+def test_bench_tiny_run_takes_the_quick_code_path():
+    """Scenarios read `tiny` only through `BenchContext.size` (smaller data, same branches),
+    so the tiny runs above reach every line a `--quick` run reaches: an import or a branch
+    only `--quick` took (`vidql bench --quick limit` once failed on an ImportError) can't
+    hide from the test suite."""
+    load_scenarios()
+    branches = []
+    for name in SCENARIO_MODULES:
+        module = sys.modules[f"vidql.bench.{name}"]
+        tree = ast.parse(inspect.getsource(module))
+        branches += [f"{name}.py:{node.lineno}" for node in ast.walk(tree)
+                     if isinstance(node, ast.Attribute) and node.attr == "tiny"]
+    assert not branches, f"scenarios branch on ctx.tiny (use ctx.size): {branches}"
 
 
 @pytest.mark.slow

@@ -305,7 +305,7 @@ def test_script_splits_on_tokens_not_text():
      "FIND RARE returns"),
     ("SELECT (SELECT 1 ORACLE BUDGET 3)", "ORACLE", "parentheses"),
     ("SELECT AVG(objects('car') FROM night ERROR WITHIN 1", "(objects", "not closed"),
-    ("CREATE TABLE t AS SELECT 1 CONFIDENCE 95%", "CONFIDENCE", "SELECT queries only"),
+    ("INSERT INTO t SELECT 1 CONFIDENCE 95%", "CONFIDENCE", "SELECT queries only"),
     ("EXPLAIN", None, "needs a query"),
     ("EXPLAIN SHOW VIDEOS", "SHOW", "plan of a query"),
     ("EXPLAIN CREATE TABLE t (a INT)", "CREATE", "plan of a query"),

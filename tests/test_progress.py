@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import io
+import re
 import sys
 
 import vidql
@@ -32,3 +33,18 @@ def test_exact_scan_shows_progress_on_a_terminal_only(traffic_db, monkeypatch):
     shown = _stderr_of(monkeypatch, Terminal(), traffic_db,
                        "SELECT sum(objects('car')) FROM t WHERE frame >= 150")
     assert "exact query: labelling t" in shown
+
+
+def test_an_approximate_querys_bar_has_a_total(traffic_db, monkeypatch):
+    """The budget where the query has one, else EXPLAIN's forecast, marked as an estimate."""
+    budget = _stderr_of(monkeypatch, Terminal(), traffic_db,
+                        "SELECT AVG(objects('car')) FROM t WHERE contains('car') "
+                        "ORACLE BUDGET 50 SEED 1")
+    assert re.search(r"calling the oracle: +\d+%.*\| *\d+/50 ", budget)
+    with vidql.connect(traffic_db, progress=False) as db:
+        forecast = db.sql("EXPLAIN SELECT AVG(objects('car')) FROM t ERROR WITHIN 0.4 "
+                          "SEED 2").fetchone()[4]
+    shown = _stderr_of(monkeypatch, Terminal(), traffic_db,
+                       "SELECT AVG(objects('car')) FROM t ERROR WITHIN 0.4 SEED 2")
+    assert "calling the oracle (total: EXPLAIN's estimate)" in shown
+    assert re.search(rf"\d+/{forecast} ", shown)

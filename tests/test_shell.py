@@ -129,16 +129,50 @@ def test_a_piped_session_survives_a_duckdb_error_and_a_bug(traffic_db, monkeypat
     out = io.StringIO()
     script = ("SELECT 1 AS first;\nSELECT frame FROM t WHERE objects('car') >= 1 LIMIT 1e300;\n"
               "SELECT 40 + 2 AS answer;\nSELECT 'boom' AS bug;\nSELECT 'after' AS last;\n")
-    real = executor.execute_script
+    real = executor.execute_each
 
     def buggy(db, text, scope=None):
         if "boom" in text:
             raise RuntimeError("a bug")
         return real(db, text, scope)
 
-    monkeypatch.setattr(executor, "execute_script", buggy)
+    monkeypatch.setattr(executor, "execute_each", buggy)
     assert Shell(str(traffic_db), stdin=io.StringIO(script), stdout=out).run() == 0
     text = out.getvalue()
     assert "error: DuckDB: Conversion Error" in text
     assert "42" in text and "after" in text
     assert "error: RuntimeError: a bug (unexpected; please report it" in text
+
+
+def test_dot_commands_a_sql_user_knows(traffic_db, tmp_path):
+    saved = tmp_path / "saved.txt"
+    script = (".tables\n.schema t\n.mode csv\nSELECT frame FROM t WHERE frame < 3;\n"
+              ".mode json\nSELECT 1 AS one;\n.timer on\nSELECT 2 AS two;\n.timer off\n"
+              f".output {saved}\nSELECT 3 AS three;\n.output\n.mode bogus\n.maxrows 2\n"
+              ".mode table\nSELECT frame FROM t WHERE frame < 5;\n.nope\n")
+    out = io.StringIO()
+    assert Shell(str(traffic_db), stdin=io.StringIO(script), stdout=out).run() == 0
+    text = out.getvalue()
+    assert "videos: t\noracles: truth\nindexes: (none)\ntables: (none)" in text
+    assert "-- t (a video: frame functions" in text and "│ frame       │ BIGINT" in text
+    assert "frame\n0\n1\n2\n" in text  # csv
+    assert '"rows": [{"one": 1}]' in text  # json
+    assert re.search(r'"rows": \[\{"two": 2\}\].*\nRun Time: \d+\.\d\d s', text)
+    assert "three" not in text and '"rows": [{"three": 3}]' in saved.read_text()
+    assert "error: .mode takes one of table, csv, json, markdown" in text
+    assert "│     1 │" in text and "│     2 │" not in text and "… 3 more rows" in text
+    assert "error: unknown command .nope" in text
+
+
+def test_history_is_saved_after_each_statement(traffic_db, tmp_path):
+    history = tmp_path / "history"
+    env = {**os.environ, "VIDQL_HISTORY": str(history), "TERM": "dumb"}
+    shell = Terminal([sys.executable, "-m", "vidql", "shell", "--db", str(traffic_db)], env)
+    shell.expect("vidql> ")
+    shell.send("SELECT 41 + 1\r")
+    shell.expect("...> ")
+    shell.send("AS answer;\r")
+    shell.expect("vidql> ")
+    assert history.read_text().splitlines() == ["SELECT 41 + 1 AS answer;"]  # before quitting
+    shell.send(".quit\r")
+    assert shell.wait() == 0

@@ -11,7 +11,8 @@ from vidql.base.errors import VidqlError
 from vidql.bench.registry import BenchContext
 from vidql.bench import runner
 from vidql.bench.perfdoc import write_performance_doc
-from vidql.display import print_result
+from vidql.display import FORMATS, MAX_ROWS, print_result
+from vidql.engine.executor import execute_each
 from vidql.shell import Shell
 
 DEFAULT_CACHE = Path(os.environ.get("VIDQL_CACHE", Path.home() / ".cache" / "vidql"))
@@ -26,8 +27,16 @@ def _shared_dir() -> Path | None:
 
 
 def cmd_sql(args) -> int:
-    with vidql.connect(args.db, read_only=args.read_only) as db:
-        print_result(db.sql(args.query))
+    out = open(args.out, "w", encoding="utf-8") if args.out else sys.stdout
+    try:
+        with vidql.connect(args.db, read_only=args.read_only) as db:
+            for k, (statement, result) in enumerate(execute_each(db, args.query)):
+                if k and args.format != "json" and result is not None:
+                    print(file=out)  # a blank line between statements' results
+                print_result(result, args.format, args.max_rows, out=out, statement=statement)
+    finally:
+        if args.out:
+            out.close()
     return 0
 
 
@@ -102,8 +111,17 @@ def build_parser() -> argparse.ArgumentParser:
                          "(long side px, e.g. 416) for the detector to read")
     ld.set_defaults(fn=cmd_load)
 
-    s = with_db(sub.add_parser("sql", help="run one statement or a ;-separated script"), "vidql.db")
+    s = with_db(sub.add_parser("sql", help="run one statement or a ;-separated script and "
+                                           "print each statement's result"), "vidql.db")
     s.add_argument("query")
+    s.add_argument("--format", choices=FORMATS, default="table",
+                   help="table (numbers rounded, the report as -- lines), csv (every row, full "
+                        "precision; the report on stderr), json (one object a line per "
+                        "statement, the report's fields in it) or markdown")
+    s.add_argument("--out", metavar="FILE", help="write the results to FILE, not stdout")
+    s.add_argument("--max-rows", type=int, default=MAX_ROWS, metavar="N",
+                   help=f"rows a table or markdown result shows (default {MAX_ROWS}; 0: every "
+                        "row); the rows left out are counted")
     s.set_defaults(fn=cmd_sql)
 
     sh = with_db(sub.add_parser("shell", help="interactive shell with history"), "vidql.db")

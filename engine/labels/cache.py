@@ -94,6 +94,7 @@ class LabelCache:
         self.stats = LabelStats()
         self._bar = None  # a query's progress bar while one is open
         self._seen = None  # inside `labelling`: frames the query has labelled or found cached
+        self.forecast = None  # a query's forecast oracle calls (EXPLAIN's), for its bar's total
         self.read_only = con.execute("SELECT readonly FROM duckdb_databases() "
                                      "WHERE database_name = current_database()").fetchall()[0][0]
         journal.flush()  # every labelled frame in the catalog tables, read once here
@@ -223,10 +224,13 @@ class LabelCache:
     @contextmanager
     def labelling(self, desc: str, total: int | None = None):
         """An approximate query's labelling: one bar over every frame the oracle labels
-        inside, and the journal told that a query runs (`LabelJournal.query`: its batches
+        inside (its total: `total`, else the `forecast` marked as an estimate, else none),
+        and the journal told that a query runs (`LabelJournal.query`: its batches
         are durable before its answer is returned). Each frame the query uses counts once:
         a cache hit if labelled before it began, else an oracle call (not both, when its
         operator labelled it ahead and then read it)."""
+        if total is None and self.forecast is not None:
+            desc, total = f"{desc} (total: EXPLAIN's estimate)", self.forecast
         self._bar = self._progress(desc, total)
         self._seen = np.zeros(self.n_frames, dtype=bool)
         synced = self.journal.sync_seconds

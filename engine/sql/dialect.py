@@ -34,7 +34,7 @@ kinds only; USING ORACLE / USING INDEX with any query.
 from __future__ import annotations
 
 from vidql.engine.sql.dialect_catalog import is_catalog_statement, parse_catalog
-from vidql.engine.sql.dialect_lex import Token, check_lexical, split_statements, tokenize
+from vidql.engine.sql.dialect_lex import Token, check_lexical, paren, split_statements, tokenize
 from vidql.engine.sql.dialect_query import parse_query
 from vidql.engine.sql.sqlnames import ORACLE_KINDS
 from vidql.engine.sql.dialect_statements import (DEFAULT_CONFIDENCE, INDEX_METHODS, QUERY_KINDS,
@@ -43,15 +43,16 @@ from vidql.engine.sql.dialect_statements import (DEFAULT_CONFIDENCE, INDEX_METHO
                                  SetOracle, SetSampling,
                                  ShowIndexes, ShowOracles, ShowVideos, Statement,
                                  AlterVideoPath, AlterVideoStart, DropOracle, RefreshIndex,
-                                 ShowClips)
+                                 ShowClips, WriteResult)
 from vidql.base.errors import QueryError
 from vidql.base.ranges import percent
 
 __all__ = [
-    "parse", "parse_script", "describe", "Statement", "Query", "Clauses", "Aggregate",
+    "parse", "parse_script", "script_statements", "describe", "Statement", "Query", "Clauses", "Aggregate",
     "OutputColumn", "PlainSQL", "LoadVideo", "ShowVideos", "DropVideo", "CreateOracle",
     "SetOracle", "SetExecutor", "SetSampling", "ShowOracles", "DropOracle", "AlterVideoPath", "AlterVideoStart",
-    "ShowClips", "CreateIndex", "RefreshIndex", "ShowIndexes", "DropIndex", "QUERY_KINDS",
+    "ShowClips", "CreateIndex", "RefreshIndex", "ShowIndexes", "DropIndex", "WriteResult",
+    "QUERY_KINDS",
     "ORACLE_KINDS", "INDEX_METHODS", "DEFAULT_CONFIDENCE",
 ]
 
@@ -70,7 +71,13 @@ def parse(query: str) -> Statement:
 def parse_script(text: str) -> list[Statement]:
     """Parse statements separated by `;` (split on DuckDB tokens, so `;` inside strings
     and comments is kept). Error positions refer to the whole script."""
-    return [_parse_statement(text, tokens) for tokens in _statements(text)]
+    return [stmt for _, stmt in script_statements(text)]
+
+
+def script_statements(text: str) -> list[tuple[str, Statement]]:
+    """`parse_script`, each statement with its text as written."""
+    return [(text[tokens[0].start:tokens[-1].end], _parse_statement(text, tokens))
+            for tokens in _statements(text)]
 
 
 def _statements(text: str) -> list[list[Token]]:
@@ -91,6 +98,8 @@ def _parse_statement(text: str, tokens: list[Token]) -> Statement:
             raise QueryError("EXPLAIN shows the plan of a query only", text, tokens[1].start, hint)
     elif is_catalog_statement(tokens):
         return parse_catalog(text, tokens)
+    elif (written := _write_result(text, tokens)) is not None:
+        return written
     query = parse_query(text, tokens, 1 if explain else 0, explain)
     if query is not None:
         return query
@@ -98,6 +107,53 @@ def _parse_statement(text: str, tokens: list[Token]) -> Statement:
         raise QueryError("EXPLAIN shows the plan of a query only", text, tokens[1].start,
                          "EXPLAIN takes a query: EXPLAIN SELECT ...")
     return PlainSQL(text[tokens[0].start:tokens[-1].end])
+
+
+def _write_result(text: str, tokens: list[Token]) -> WriteResult | None:
+    """`COPY (query) TO ...` or `CREATE ... TABLE name AS query` whose query is a query
+    (exact or approximate); None for any other statement."""
+    span = _copy_span(tokens) or _create_as_span(tokens)
+    if span is None:
+        return None
+    i, j = span
+    query = parse_query(text, tokens[i:j], 0, False)
+    if query is None:
+        return None
+    end = tokens[-1].end
+    return WriteResult(query, text[tokens[0].start:tokens[i].start],
+                       text[tokens[j - 1].end:end], text[tokens[0].start:end])
+
+
+def _closing(tokens: list[Token], i: int) -> int | None:
+    """Index of the `)` closing the `(` at tokens[i]."""
+    depth = 0
+    for k in range(i, len(tokens)):
+        depth += paren(tokens[k])
+        if depth == 0:
+            return k
+    return None
+
+
+def _copy_span(tokens: list[Token]) -> tuple[int, int] | None:
+    """Token span of the query in `COPY (query) TO ...`."""
+    if len(tokens) < 4 or tokens[0].word != "COPY" or tokens[1].text != "(":
+        return None
+    close = _closing(tokens, 1)
+    return (2, close) if close and close > 2 else None
+
+
+def _create_as_span(tokens: list[Token]) -> tuple[int, int] | None:
+    """Token span of the query in `CREATE [OR REPLACE] [TEMP] TABLE [IF NOT EXISTS] name AS
+    query` (parentheses around the query left out)."""
+    if tokens[0].word != "CREATE":
+        return None
+    at = next((k for k, t in enumerate(tokens) if t.word == "AS" or paren(t)), None)
+    if at is None or tokens[at].word != "AS" or "TABLE" not in {t.word for t in tokens[:at]} \
+            or at + 1 >= len(tokens):
+        return None
+    if tokens[at + 1].text == "(" and _closing(tokens, at + 1) == len(tokens) - 1:
+        return at + 2, len(tokens) - 1
+    return at + 1, len(tokens)
 
 
 def _describe_load(stmt: LoadVideo) -> str:
@@ -133,6 +189,8 @@ _DESCRIBE = {
     ShowIndexes: lambda s: "list the indexes",
     DropIndex: lambda s: f"drop index {s.name}" + _if_exists(s.if_exists),
     PlainSQL: lambda s: "DuckDB statement: " + _short(s.sql),
+    WriteResult: lambda s: (f"{_describe_query(s.query)}, written by DuckDB: "
+                            f"{_short(s.before + '...' + s.after)}"),
 }
 
 

@@ -233,6 +233,19 @@ class Query:
         return None
 
 
+@dataclass(frozen=True)
+class WriteResult:
+    """`COPY (query) TO 'file' ...` or `CREATE [OR REPLACE] [TEMP] TABLE name AS query` around
+    a vidql query: the query runs, then DuckDB runs `before` + a read of its rows + `after`.
+    `sql` is the statement as written (DuckDB runs it as is when the query needs no video)."""
+
+    query: Query
+    before: str
+    after: str
+    sql: str
+
+
 Statement = (LoadVideo | ShowVideos | ShowClips | DropVideo | CreateOracle | SetOracle
              | SetExecutor | SetSampling | ShowOracles | DropOracle | AlterVideoPath | AlterVideoStart
-             | CreateIndex | RefreshIndex | ShowIndexes | DropIndex | PlainSQL | Query)
+             | CreateIndex | RefreshIndex | ShowIndexes | DropIndex | PlainSQL | Query
+             | WriteResult)
