@@ -245,12 +245,12 @@ def write_result(db, stmt: WriteResult) -> Result | None:
         return _plain(db, stmt.sql)
     result = run_query(db, q)
     con = db.catalog.con
-    view = f"vidql_result_{id(result)}"
-    result.relation.create_view(view)
+    name = f"vidql_result_{id(result)}"
+    result.relation.create_view(name)
     try:
-        _plain(db, f"{stmt.before}SELECT * FROM {view}{stmt.after}")
+        _plain(db, f"{stmt.before}SELECT * FROM {quote_name(name)}{stmt.after}")
     finally:
-        con.execute(f"DROP VIEW IF EXISTS {view}")
+        con.execute(f"DROP VIEW IF EXISTS {quote_name(name)}")
     rows = f"{len(result)} row{'' if len(result) == 1 else 's'}"
     answer = _message(db, f"wrote {rows}: {' '.join(stmt.before.split())}<query>"
                           f"{' '.join(stmt.after.split())}")

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 import vidql
-from vidql.engine.sql.dialect import (AlterVideoPath, CreateOracle, DropOracle, PlainSQL, describe,
+from vidql.engine.sql.dialect import (AlterVideoPath, CreateOracle, DropOracle, describe,
                                   parse)
 from vidql.engine.sql.framestat import evaluate, parse_frame_expr
 
@@ -267,7 +267,6 @@ def test_dropped_video_table_is_recreated_from_the_catalog(detrac):
      CreateOracle("t", "LABELS", "a.csv", {"cost_ms": 3}, replace=True)),
     ("DROP ORACLE IF EXISTS yolox", DropOracle("yolox", True)),
     ("ALTER VIDEO night SET PATH 'archive/night.mp4';", AlterVideoPath("night", "archive/night.mp4")),
-    ("CREATE OR REPLACE TABLE t AS SELECT 1", PlainSQL("CREATE OR REPLACE TABLE t AS SELECT 1")),
 ])
 def test_housekeeping_statements_parse(text, expected):
     assert parse(text) == expected
