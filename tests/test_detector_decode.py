@@ -258,13 +258,12 @@ def test_batches_prepared_ahead_keep_their_own_input(fake_detector):
 def test_engine_prepares_batches_on_the_decoding_side(fake_detector, counter_clip, tmp_path,
                                                       monkeypatch):
     """An exact query through an ONNX oracle letterboxes on the pipeline's transform thread,
-    not the thread that runs the network, decodes at lower priority than the network's
-    threads, and counts what the network found."""
+    not the thread that runs the network, decodes at the caller's priority (a niced decoder
+    starves when other work keeps the cores busy), and counts what the network found."""
     import os
     import threading
 
     import vidql
-    from vidql.preprocess.pipeline import DECODER_NICE
 
     det = fake_detector(_yolox_car_output(), input_hw=(416, 416))
     threads, decoders = [], set()
@@ -289,7 +288,7 @@ def test_engine_prepares_batches_on_the_decoding_side(fake_detector, counter_cli
         cars = db.sql("SELECT sum(objects('car')) AS n FROM clip").df()["n"]
     assert cars.item() == 120  # the decoder cannot run more than a few batches ahead
     assert len(threads) == 15 and all(name.startswith("vidql-transform") for name in threads)
-    assert decoders == {mine + DECODER_NICE}
+    assert decoders == {mine}
 
 
 def test_class_wise_nms_keeps_what_torchvision_keeps():

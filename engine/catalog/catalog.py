@@ -21,7 +21,6 @@ import pandas as pd
 
 from vidql.preprocess import frame_batches, probe
 from vidql.preprocess.concat import ConcatSource, LowResSource
-from vidql.preprocess.pipeline import DECODER_NICE
 from vidql.preprocess.readcost import ReadCost, load_timing, measure_decode, save_timing
 from vidql.preprocess.rendition import Rendition, make_oracle_rendition, make_rendition
 from vidql.base.errors import CatalogError, OracleError, ParameterError, VideoError
@@ -862,18 +861,17 @@ class Catalog:
         positions, batch) for ascending positions, each batch what the oracle's `prepare`
         makes of its uint8 N×H×W×3 pixels (on the pipeline's transform thread, ahead of the
         oracle): a clip's oracle rendition when it has one and the oracle reads resized
-        frames (`oracle_source`), else its original frames. One decoder works ahead, at
-        lower priority than the oracle's threads (a second took cores the oracle needs: an
-        exact YOLOX scan ran at 1.0-1.3x the speed with one in 5 alternating rounds, a
-        sampled query 1.16x; at normal priority the scan of 96 frames took 0.58-0.61 s,
-        niced 0.53-0.55 s)."""
+        frames (`oracle_source`), else its original frames. One decoder works ahead (a
+        second took cores the oracle needs), at the caller's priority: niced, it starved
+        whenever other work kept the cores busy (two busy processes: a YOLOX scan of
+        ua_detrac 8.5 s against 7.7 s, an ORACLE BUDGET 60 query 7.8 s against 2.6 s),
+        which costs more than the 10% that nice 10 saved a scan on an idle machine."""
         def clip_batches(positions: np.ndarray, batch_size: int):
             for o, local, _ in clip_map.pieces(positions):
                 self.check_clip(name, o, again=True)
                 source, transform = self.oracle_source(name, o, oracle)
                 with closing(frame_batches(source, frames=local, batch_size=batch_size,
-                                           workers=1, decoder_nice=DECODER_NICE,
-                                           transform=transform)) as batches:
+                                           workers=1, transform=transform)) as batches:
                     for ids, pixels in batches:
                         yield np.asarray(ids, dtype=np.int64) + clip_map.first[o], pixels
 
