@@ -28,6 +28,7 @@ def test_real_scenario_measures_every_kind_beside_the_scan(tmp_path):
     assert list(info.keyframes) == [0] and info.frame_count == 60  # one 120-frame GOP
     for row in result.table:
         assert row["seconds"] > 0 and row["physical_limit"] > 0 and row["explain_seconds"] > 0
+    assert all(row["operator"] for row in result.table)  # the planner's choice, scan or sampling
     scan = result.table[0]
     assert scan["oracle_calls"] == scan["explain_calls"]  # the scan's forecast is exact
     assert result.plots and (tmp_path / "out" / "real.png").exists()
