@@ -27,6 +27,7 @@ HD_GOP = 120
 CLIPS = (("hangzhou_junction_720p.mp4", "truck"), ("residential_street.mp4", "truck"))
 HD_SOURCE = "residential_street.mp4"
 ORACLE_RENDITION = 416  # YOLOX-Nano's input side: the HD clip is also run reading this rendition
+NEEDS_SHARED = "needs ../shared (yolox_nano.onnx, real clips)"
 
 
 def queries(n: int, thing: str) -> list[tuple[str, str]]:
@@ -64,6 +65,18 @@ def hd_long_gop(source: Path, cache: Path, frames: int, size: tuple[int, int]) -
         container.mux(stream.encode())
     tmp.rename(out)
     return out
+
+
+def real_inputs(ctx: BenchContext) -> tuple[Path, Path, Path] | None:
+    """(the YOLOX-Nano model, the shared data folder, the HD long-GOP clip made from
+    HD_SOURCE) of the scenarios on real video; None without ../shared."""
+    model = ctx.shared_dir / "models" / "yolox_nano.onnx" if ctx.shared_dir else None
+    if model is None or not model.is_file():
+        return None
+    data = ctx.shared_dir / "data"
+    hd = hd_long_gop(data / HD_SOURCE, ctx.cache_dir, ctx.size(905, 905, tiny=60),
+                     ctx.size((1920, 1080), (1920, 1080), tiny=(640, 360)))
+    return model, data, hd
 
 
 def indexed_database(work: Path, clip: Path, model: Path, rendition: int | None) -> Path:
@@ -173,12 +186,10 @@ def plot(rows: list[dict], out: Path) -> list[str]:
                   "approximate kind's wall time, oracle calls, decoder wait and EXPLAIN forecast "
                   "beside the exact scan, and the physical limit")
 def real(ctx: BenchContext) -> ScenarioResult:
-    model = ctx.shared_dir / "models" / "yolox_nano.onnx" if ctx.shared_dir else None
-    if model is None or not model.is_file():
-        return ScenarioResult(figures={"skipped": "needs ../shared (yolox_nano.onnx, real clips)"})
-    data = ctx.shared_dir / "data"
-    hd = hd_long_gop(data / HD_SOURCE, ctx.cache_dir, ctx.size(905, 905, tiny=60),
-                     ctx.size((1920, 1080), (1920, 1080), tiny=(640, 360)))
+    inputs = real_inputs(ctx)
+    if inputs is None:
+        return ScenarioResult(figures={"skipped": NEEDS_SHARED})
+    model, data, hd = inputs
     clips = [(hd, "truck", None), (hd, "truck", ORACLE_RENDITION)]
     clips += [(data / c, t, None) for c, t in ctx.size(CLIPS, CLIPS, tiny=())]
     rows = [row for clip, thing, rendition in clips

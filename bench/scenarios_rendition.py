@@ -14,9 +14,8 @@ from vidql.preprocess.probe import probe_video
 from vidql.preprocess.rendition import Rendition, make_oracle_rendition
 
 from .registry import BenchContext, ScenarioResult, scenario
-from .scenarios_real import HD_SOURCE, hd_long_gop
+from .scenarios_real import NEEDS_SHARED, ORACLE_RENDITION, real_inputs
 
-LONG_SIDE = 416  # YOLOX-Nano's input
 CLIPS = ("ua_detrac.mp4", "highway.avi", "indoor_people.mp4", "residential_street.mp4",
          "hangzhou_junction_720p.mp4")
 AGREEMENT = 0.98  # the share of frames with equal counts that a default rendition needs
@@ -47,12 +46,12 @@ def random_reads(path: Path, info, frames: np.ndarray) -> tuple[float, float]:
 
 
 def oracle_rendition(clip: Path, cache: Path):
-    """The clip's oracle rendition at LONG_SIDE, made once into `cache`."""
-    folder = cache / f"oracle_rendition_{clip.stem}_{LONG_SIDE}"
+    """The clip's oracle rendition at ORACLE_RENDITION, made once into `cache`."""
+    folder = cache / f"oracle_rendition_{clip.stem}_{ORACLE_RENDITION}"
     try:
         return Rendition.load(folder)
     except Exception:  # noqa: BLE001 - absent or partial: make it
-        return make_oracle_rendition(clip, folder, LONG_SIDE)
+        return make_oracle_rendition(clip, folder, ORACLE_RENDITION)
 
 
 def clip_row(ctx: BenchContext, clip: Path, oracle) -> dict:
@@ -94,12 +93,10 @@ def _gop(info) -> float:
                        "(score 0.3) equal the original's, disk per frame, and one random "
                        "single-frame read (FrameReader) on each")
 def rendition(ctx: BenchContext) -> ScenarioResult:
-    model = ctx.shared_dir / "models" / "yolox_nano.onnx" if ctx.shared_dir else None
-    if model is None or not model.is_file():
-        return ScenarioResult(figures={"skipped": "needs ../shared (yolox_nano.onnx, real clips)"})
-    data = ctx.shared_dir / "data"
-    hd = hd_long_gop(data / HD_SOURCE, ctx.cache_dir, ctx.size(905, 905, tiny=60),
-                     ctx.size((1920, 1080), (1920, 1080), tiny=(640, 360)))
+    inputs = real_inputs(ctx)
+    if inputs is None:
+        return ScenarioResult(figures={"skipped": NEEDS_SHARED})
+    model, data, hd = inputs
     clips = [hd] + [data / c for c in ctx.size(CLIPS, CLIPS, tiny=()) if (data / c).is_file()]
     oracle = OnnxDetector("yolox", model, score=0.3)
     rows = [clip_row(ctx, clip, oracle) for clip in clips]

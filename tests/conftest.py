@@ -18,6 +18,15 @@ def shared_path(*parts: str) -> Path:
     return path
 
 
+@pytest.fixture()
+def tiny_real_bench(tmp_path):
+    """A bench context for the scenarios on real video at their tiny size, with ../shared."""
+    from vidql.bench.registry import BenchContext
+
+    return BenchContext(out_dir=tmp_path / "out", quick=True, tiny=True,
+                        shared_dir=shared_path("models").parent, cache_dir=tmp_path / "cache")
+
+
 class CountingOracle:
     """A true-value callback over per-frame arrays that records every frame it is asked
     for: one array gives its values, several a tuple (e.g. stat, pred[, group])."""

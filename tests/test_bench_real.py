@@ -5,25 +5,20 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import shared_path
-from vidql.bench.registry import BenchContext
 from vidql.bench.scenarios_real import real
 from vidql.preprocess.probe import probe_video
 
 pytestmark = [pytest.mark.slow, pytest.mark.shared]
 
 
-def test_real_scenario_measures_every_kind_beside_the_scan(tmp_path):
-    shared = shared_path("models").parent
-    ctx = BenchContext(out_dir=tmp_path / "out", quick=True, tiny=True, shared_dir=shared,
-                       cache_dir=tmp_path / "cache")
-    result = real(ctx)
+def test_real_scenario_measures_every_kind_beside_the_scan(tiny_real_bench):
+    result = real(tiny_real_bench)
     kinds = ["exact scan", "ERROR WITHIN", "ORACLE BUDGET 5%", "LIMIT", "RECALL TARGET", "FIND RARE"]
     clips = list(dict.fromkeys(r["clip"] for r in result.table))
     assert len(clips) == 2 and clips[1].endswith("(oracle rendition 416)")
     for clip in clips:
         assert [r["kind"] for r in result.table if r["clip"] == clip] == kinds
-    [hd] = list((tmp_path / "cache").glob("*gop120*.mp4"))
+    [hd] = list(tiny_real_bench.cache_dir.glob("*gop120*.mp4"))
     info = probe_video(hd)
     assert list(info.keyframes) == [0] and info.frame_count == 60  # one 120-frame GOP
     for row in result.table:
@@ -31,4 +26,4 @@ def test_real_scenario_measures_every_kind_beside_the_scan(tmp_path):
     assert all(row["operator"] for row in result.table)  # the planner's choice, scan or sampling
     scan = result.table[0]
     assert scan["oracle_calls"] == scan["explain_calls"]  # the scan's forecast is exact
-    assert result.plots and (tmp_path / "out" / "real.png").exists()
+    assert result.plots and (tiny_real_bench.out_dir / "real.png").exists()

@@ -4,19 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import shared_path
-from vidql.bench.registry import BenchContext
 from vidql.bench.scenarios_rendition import rendition
 from vidql.preprocess.rendition import ORACLE_GOP
 
 pytestmark = [pytest.mark.slow, pytest.mark.shared]
 
 
-def test_rendition_scenario_compares_rendition_and_original(tmp_path):
-    shared = shared_path("models").parent
-    ctx = BenchContext(out_dir=tmp_path / "out", quick=True, tiny=True, shared_dir=shared,
-                       cache_dir=tmp_path / "cache")
-    result = rendition(ctx)
+def test_rendition_scenario_compares_rendition_and_original(tiny_real_bench):
+    result = rendition(tiny_real_bench)
     [row] = result.table
     assert row["rendition"] == "416x234" and row["frames_compared"] == 8
     assert 0 <= row["equal_counts"] <= 1 and row["disk_ratio"] > 0
