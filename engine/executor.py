@@ -19,7 +19,7 @@ from vidql.engine.sql.framestat import parse_frame_expr
 from vidql.engine.labels.cache import on_terminal
 from vidql.engine.catalog.indexstore import describe_extensions
 from vidql.engine.result import Report, Result
-from vidql.preprocess.rendition import LONG_SIDE, SHORT_SIDE
+from vidql.preprocess.rendition import SHORT_SIDE
 
 
 CATALOG_WRITES = (LoadVideo, DropVideo, CreateOracle, DropOracle, SetOracle, AlterVideoPath,
@@ -86,9 +86,6 @@ def _load_video(db, stmt: LoadVideo) -> Result:
                              f"allowed: oracle_rendition, rendition, skip_bad")
     if not isinstance(skip_bad, bool):
         raise ParameterError(f"LOAD VIDEO option skip_bad must be true or false, got {skip_bad!r}")
-    if oracle_rendition is not None:
-        oracle_rendition = LONG_SIDE.check("LOAD VIDEO option oracle_rendition (the oracle's "
-                                           "input long side in pixels)", oracle_rendition)
     row = db.load_video(stmt.path, stmt.name, rendition=rendition, skip_bad=skip_bad,
                         into=stmt.into, oracle_rendition=oracle_rendition)
     frame = db.videos().query("name == @row['name']")
@@ -269,22 +266,24 @@ def run_query(db, q: Query) -> Result | None:
             result = explain(db, q)
         elif q.kind == "exact":
             result = _exact(db, q)
-        elif why := scan_is_cheaper(db, q):
-            result = as_aggregate(db, _exact(db, q), q, why)
         else:
-            with _forecast(db, q):
-                result = run_approximate(db, q)
+            why, binding = scan_is_cheaper(db, q)
+            if why:
+                result = as_aggregate(db, _exact(db, q), q, why)
+            else:
+                with _forecast(db, q, binding):
+                    result = run_approximate(db, q, binding)
     db.last_report = None if result is None else result.report
     return result
 
 
 @contextmanager
-def _forecast(db, q: Query):
+def _forecast(db, q: Query, binding=None):
     """While `q` runs, its label cache's `forecast`: EXPLAIN's estimate of its oracle calls,
     the total of its progress bar where no ORACLE BUDGET gives one. Computed only where the
     bar is drawn, and only where estimating labels nothing (an oracle with a stated cost,
     timed before, or nearly free); a query the estimate refuses raises its own error."""
-    cache, calls = _forecast_calls(db, q) if db.progress and on_terminal() \
+    cache, calls = _forecast_calls(db, q, binding) if db.progress and on_terminal() \
         and q.clauses.budget is None else (None, None)
     if cache is None:
         yield
@@ -296,16 +295,16 @@ def _forecast(db, q: Query):
         cache.forecast = None
 
 
-def _forecast_calls(db, q: Query):
-    """(the query's label cache, its forecast oracle calls), or (None, None)."""
+def _forecast_calls(db, q: Query, binding=None):
+    """(the query's label cache, its forecast oracle calls), or (None, None); `binding`: the
+    query's, where the scan choice bound it."""
     from vidql.engine.explain import estimate_approximate
     from vidql.engine.planner import Binding
+    from vidql.engine.pricing import known_ms
 
     try:
-        b = Binding(db, q)
-        oracle = b.cache.oracle
-        if not (oracle.nearly_free or oracle.simulated_cost_ms is not None
-                or db.catalog.measured_ms_per_frame(oracle.identity) is not None):
+        b = binding or Binding(db, q)
+        if known_ms(db.catalog, b.cache.oracle) is None:
             return None, None
         return b.cache, estimate_approximate(db, q, b)[1].calls
     except VidqlError:

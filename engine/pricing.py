@@ -33,22 +33,28 @@ class Price:
                      self.decoded_frames + other.decoded_frames)
 
 
-def oracle_ms(catalog, cache: LabelCache, frames: np.ndarray) -> tuple[float | None, str | None]:
-    """(milliseconds per frame, how it is known): a stated `cost_ms`; else the time measured
-    over what it labelled (none for a LABELS table); else, unless the database is read-only,
-    timed now by labelling `frames`, a frame or two not labelled yet (their labels are kept,
-    as any label is)."""
-    oracle = cache.oracle
+def known_ms(catalog, oracle) -> float | None:
+    """The oracle's milliseconds per frame where known without labelling a frame: a stated
+    `cost_ms`, the time measured over what it labelled, or none for a LABELS table; else None."""
     if oracle.simulated_cost_ms is not None:
-        return oracle.simulated_cost_ms, "seconds simulated from the oracle's cost_ms"
+        return oracle.simulated_cost_ms
     ms = catalog.measured_ms_per_frame(oracle.identity)
-    if ms is not None or oracle.nearly_free:
-        return ms or 0.0, None
+    return 0.0 if ms is None and oracle.nearly_free else ms
+
+
+def oracle_ms(catalog, cache: LabelCache, frames: np.ndarray) -> tuple[float | None, str | None]:
+    """(milliseconds per frame, how it is known): `known_ms`; else, unless the database is
+    read-only, timed now by labelling `frames`, a frame or two not labelled yet (their labels
+    are kept, as any label is)."""
+    oracle = cache.oracle
+    ms = known_ms(catalog, oracle)
+    if ms is not None:
+        simulated = oracle.simulated_cost_ms is not None
+        return ms, "seconds simulated from the oracle's cost_ms" if simulated else None
     fresh = np.asarray(frames, dtype=np.int64)
     if fresh.size == 0 or catalog.read_only:
         return None, None
     cache.ensure(fresh)
-    catalog.flush_labels()
     return (catalog.measured_ms_per_frame(oracle.identity),
             f"the oracle was timed on {fresh.size} frame(s) for this estimate (their labels are kept)")
 
