@@ -409,15 +409,20 @@ def test_group_by_clip_intervals_cover_every_clip_at_once_in_200_trials(clips):
     assert covered >= 186, f"joint coverage {covered}/200"
 
 
+def _index_two_clips(db, folder, labels) -> None:
+    """cam0 and cam1 as collection `cams`, labelled by `labels`, with a pixel index `ci`."""
+    db.sql(f"LOAD VIDEO ('{folder}/cam0.mp4', '{folder}/cam1.mp4') AS cams; CREATE ORACLE "
+           f"truth FROM LABELS '{labels}'; SET ORACLE cams = truth; CREATE INDEX ci ON cams "
+           f"WITH (embedder = 'pixel', reps = 40, seed = 0)")
+
+
 def test_appending_to_an_indexed_collection_extends_the_index(clips, tmp_path):
     """INTO an indexed collection: only the new clip is embedded and only representatives
     among its frames are labelled; the index then covers every frame, after a reopen too."""
     folder, labels, truth = clips
     path = tmp_path / "idx.db"
     with vidql.connect(path, progress=False) as db:
-        db.sql(f"LOAD VIDEO ('{folder}/cam0.mp4', '{folder}/cam1.mp4') AS cams; CREATE ORACLE "
-               f"truth FROM LABELS '{labels}'; SET ORACLE cams = truth; CREATE INDEX ci ON cams "
-               f"WITH (embedder = 'pixel', reps = 40, seed = 0)")
+        _index_two_clips(db, folder, labels)
         before = db.sql("SELECT clip, frame FROM vidql.labelled").df()
         r = db.sql(f"LOAD VIDEO '{folder}/cam2.mp4' INTO cams").df()
         new = db.sql("SELECT clip, frame FROM vidql.labelled").df()
@@ -455,9 +460,7 @@ def test_a_kill_between_append_and_index_extension_is_finished_on_open(clips, tm
     folder, labels, truth = clips
     path = tmp_path / "killed.db"
     with vidql.connect(path, progress=False) as db:
-        db.sql(f"LOAD VIDEO ('{folder}/cam0.mp4', '{folder}/cam1.mp4') AS cams; CREATE ORACLE "
-               f"truth FROM LABELS '{labels}'; SET ORACLE cams = truth; CREATE INDEX ci ON cams "
-               f"WITH (embedder = 'pixel', reps = 40, seed = 0)")
+        _index_two_clips(db, folder, labels)
     script = KILLED_BEFORE_EXTENDING.format(db=str(path), clip=f"{folder}/cam2.mp4")
     child = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert child.returncode == -9, child.stderr
