@@ -123,7 +123,7 @@ def measure(path: Path, sql: str) -> dict:
         wall = time.perf_counter() - t0
         report = db.last_report
         new = np.setdiff1d(db.labels("v").labelled_frames, before)
-        [cost] = db.catalog.read_costs("v")
+        [cost] = db.catalog.read_costs("v", db.labels("v").oracle.reads_scaled)
         ms = db.catalog.measured_ms_per_frame(db.labels("v").oracle.identity) or 0.0
     limit = len(new) * ms / 1000 + cost.seconds(cost.decoded_in_order(new))
     return {"operator": report.operator, "seconds": wall, "oracle_calls": int(report.oracle_calls),

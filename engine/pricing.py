@@ -65,7 +65,7 @@ def decode_seconds(catalog, video: str, cache: LabelCache, frames: np.ndarray) -
     frames = np.unique(np.asarray(frames, dtype=np.int64))
     if not cache.oracle.needs_pixels or frames.size == 0:
         return 0.0, 0
-    costs = catalog.read_costs(video)
+    costs = catalog.read_costs(video, cache.oracle.reads_scaled)
     seconds, decoded = 0.0, 0
     for ordinal, local, _ in cache.clip_map.pieces(frames):
         n = costs[ordinal].decoded_in_order(local)

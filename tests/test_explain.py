@@ -169,7 +169,7 @@ def test_explain_prices_decoding_beside_the_exact_scan(long_gop):
     beside the plan; a first EXPLAIN times an oracle that never ran on two frames, rather
     than showing no seconds."""
     db, oracle = long_gop
-    [cost] = db.catalog.read_costs("g")
+    [cost] = db.catalog.read_costs("g", scaled=False)
     plan = db.sql("EXPLAIN SELECT AVG(objects('car')) FROM g ORACLE BUDGET 24 SEED 1").df().iloc[0]
     assert sum(oracle.CALLS) == 2 and "timed on 2 frame" in plan["note"]
     assert plan["estimated_oracle_calls"] in (23, 24) and plan["exact_scan_oracle_calls"] == 238
@@ -193,7 +193,7 @@ def test_explain_prices_each_labelling_call_of_a_dry_run(long_gop):
     their keyframes again: the dry run prices every round, so two 120-frame GOPs sampled
     over several rounds cost more than one pass over them."""
     db, _ = long_gop
-    [cost] = db.catalog.read_costs("g")
+    [cost] = db.catalog.read_costs("g", scaled=False)
     db.sql("SELECT count(*) FROM g WHERE frame < 30 AND objects('car') >= 0")  # a basis
     plan = db.sql("EXPLAIN SELECT AVG(objects('car')) FROM g ERROR WITHIN 0.3 SEED 1").df().iloc[0]
     assert "dry run" in plan["note"]

@@ -22,9 +22,11 @@ def test_load_writes_oracle_rendition_of_the_letterbox_pixels(counter_clip, tmp_
         db.sql(f"LOAD VIDEO '{counter_clip}' AS v WITH (oracle_rendition = 64)")
         assert int(db.videos()["oracle_rendition"].iloc[0]) == 64
         rendition = Rendition.load(db.catalog.clip_dir("v", 0) / ORACLE_RENDITION)
-        [cost] = db.catalog.read_costs("v")  # EXPLAIN prices reading the rendition
+        [cost] = db.catalog.read_costs("v", scaled=True)  # what ONNX detectors read
+        [original] = db.catalog.read_costs("v", scaled=False)  # what other oracles read
     assert list(cost.keyframes) == list(range(0, 120, ORACLE_GOP))
     assert cost.decoded_one_by_one([7, 45]) == 8 + 6
+    assert list(original.keyframes) == list(range(0, 120, 12))  # counter_clip's own GOP
     assert (rendition.width, rendition.height) == (64, 38)  # 160x96, aspect kept, rounded down
     assert rendition.info.frame_count == 120 and list(rendition.frames) == list(range(120))
     picks = [0, 7, 45, 119]

@@ -58,6 +58,6 @@ def test_load_records_the_decode_time(clip, tmp_path):
         assert saved is not None and saved.width == 160 and saved.frames_timed == 48
         (db.catalog.clip_dir("v", 0) / "decode.json").write_text("{not json")
     with vidql.connect(tmp_path / "db.db", progress=False) as db:  # damaged: timed again
-        [cost] = db.catalog.read_costs("v")
+        [cost] = db.catalog.read_costs("v", scaled=False)
         assert cost.frame_count == N and cost.seconds_per_frame > 0
         assert load_timing(db.catalog.clip_dir("v", 0) / "decode.json") is not None

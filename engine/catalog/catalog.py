@@ -130,7 +130,7 @@ class Catalog:
         self._caches: dict[tuple[str, str], LabelCache] = {}
         self._checked: dict[tuple[str, int], str] = {}  # (video, ordinal) -> its checked path
         self._infos: dict[tuple[str, int], object] = {}  # (video, ordinal) -> its VideoInfo
-        self._read_costs: dict[tuple[str, int], object] = {}  # (video, ordinal) -> its ReadCost
+        self._read_costs: dict[tuple[str, int, bool], object] = {}  # (video, ordinal, scaled) -> ReadCost
         self._renditions: dict[tuple[str, int], object] = {}  # -> its oracle Rendition (probed)
         self.read_only = read_only
         self._video_rows: dict[str, dict] | None = None  # within a query: rows read so far
@@ -436,7 +436,8 @@ class Catalog:
         """Drop what this process remembers of a collection (after it changed)."""
         for key in [k for k in self._infos if k[0] == name]:
             del self._infos[key]
-            self._read_costs.pop(key, None)
+        for key in [k for k in self._read_costs if k[0] == name]:
+            del self._read_costs[key]
         for key in [k for k in self._renditions if k[0] == name]:
             del self._renditions[key]
         for key in [k for k in self._checked if k[0] == name]:
@@ -520,19 +521,21 @@ class Catalog:
         """How errors name a clip: as the video when it is its only clip."""
         return f"video {name!r}" if single else f"clip {clip!r} of video {name!r}"
 
-    def read_costs(self, name: str) -> list:
-        """Each clip's `ReadCost` (GOP layout, decode seconds per frame; of its oracle
-        rendition when it has one), in load order. LOAD times a clip's decoding; a clip
-        loaded before that is timed on first use."""
+    def read_costs(self, name: str, scaled: bool) -> list:
+        """Each clip's `ReadCost` (GOP layout, decode seconds per frame) of what an oracle
+        decodes: with `scaled` (an oracle that reads resized frames, `Oracle.reads_scaled`)
+        the clip's oracle rendition where it has one, else its file, as `oracle_source`
+        picks; in load order. LOAD times a clip's decoding; a clip loaded before that is
+        timed on first use."""
         name = self.video_row(name)["name"]
-        return [self._read_cost(name, int(o)) for o in self.clip_table(name)["ordinal"]]
+        return [self._read_cost(name, int(o), scaled) for o in self.clip_table(name)["ordinal"]]
 
-    def _read_cost(self, name: str, ordinal: int):
-        """A clip's ReadCost: of its oracle rendition when it has one (what ONNX detectors
-        read), else of its file."""
-        key = (name, ordinal)
+    def _read_cost(self, name: str, ordinal: int, scaled: bool):
+        """A clip's ReadCost: of its oracle rendition when `scaled` and it has one, else of
+        its file."""
+        key = (name, ordinal, scaled)
         if key not in self._read_costs:
-            rendition = self.oracle_rendition(name, ordinal)
+            rendition = self.oracle_rendition(name, ordinal) if scaled else None
             info = self.clip_info(name, ordinal) if rendition is None else rendition.info
             folder = self.clip_dir(name, ordinal) if rendition is None else rendition.folder
             saved = folder / DECODE_TIMING
