@@ -8,7 +8,6 @@ run's rounds are priced one by one."""
 from __future__ import annotations
 
 import dataclasses
-import functools
 
 import numpy as np
 import pandas as pd
@@ -20,7 +19,8 @@ from vidql.engine.sql.framestat import FrameExpr, frame_statistic, is_predicate
 from vidql.engine.planner import (OPERATORS, Binding, budget_result, cap_ran_out, column_groups,
                                   count_star, error_bound, group_codes, grouped_error_bound,
                                   predicate_expr, query_confidence)
-from vidql.engine.pricing import TIMING_FRAMES, Price, oracle_ms, price, uniform_draw
+from vidql.engine.pricing import (TIMING_FRAMES, Price, decode_seconds, oracle_ms, price,
+                                  uniform_draw)
 from vidql.engine.result import Report, Result
 from vidql.queries import selection_forecast
 
@@ -56,10 +56,9 @@ def estimate_approximate(db, q: Query, b: Binding | None = None) -> tuple[Report
     if batches is None:  # a budgeted kind: its draws priced as one uniform sample
         batches = [uniform_draw(b.population, b.cache.labelled_frames, calls)]
     fresh = b.population[~np.isin(b.population, b.cache.labelled_frames)]
-    plan = functools.reduce(Price.plus, (price(db.catalog, b.video, b.cache, frames, ms)
-                                         for frames in batches), Price(0, 0.0, 0.0, 0))
-    plan = dataclasses.replace(plan, calls=int(calls),
-                               oracle_seconds=None if ms is None else calls * ms / 1000)
+    decoding = [decode_seconds(db.catalog, b.video, b.cache, frames) for frames in batches]
+    plan = Price(int(calls), None if ms is None else calls * ms / 1000,
+                 sum(seconds for seconds, _ in decoding), sum(n for _, n in decoding))
     report.simulated_cost_ms = b.cache.oracle.simulated_cost_ms
     if how:
         report.details["seconds"] = how
