@@ -266,24 +266,22 @@ def run_query(db, q: Query) -> Result | None:
             result = explain(db, q)
         elif q.kind == "exact":
             result = _exact(db, q)
+        elif why := scan_is_cheaper(db, q):
+            result = as_aggregate(db, _exact(db, q), q, why)
         else:
-            why, binding = scan_is_cheaper(db, q)
-            if why:
-                result = as_aggregate(db, _exact(db, q), q, why)
-            else:
-                with _forecast(db, q, binding):
-                    result = run_approximate(db, q, binding)
+            with _forecast(db, q):
+                result = run_approximate(db, q)
     db.last_report = None if result is None else result.report
     return result
 
 
 @contextmanager
-def _forecast(db, q: Query, binding=None):
+def _forecast(db, q: Query):
     """While `q` runs, its label cache's `forecast`: EXPLAIN's estimate of its oracle calls,
     the total of its progress bar where no ORACLE BUDGET gives one. Computed only where the
     bar is drawn, and only where estimating labels nothing (an oracle with a stated cost,
     timed before, or nearly free); a query the estimate refuses raises its own error."""
-    cache, calls = _forecast_calls(db, q, binding) if db.progress and on_terminal() \
+    cache, calls = _forecast_calls(db, q) if db.progress and on_terminal() \
         and q.clauses.budget is None else (None, None)
     if cache is None:
         yield
@@ -295,15 +293,14 @@ def _forecast(db, q: Query, binding=None):
         cache.forecast = None
 
 
-def _forecast_calls(db, q: Query, binding=None):
-    """(the query's label cache, its forecast oracle calls), or (None, None); `binding`: the
-    query's, where the scan choice bound it."""
+def _forecast_calls(db, q: Query):
+    """(the query's label cache, its forecast oracle calls), or (None, None)."""
     from vidql.engine.explain import estimate_approximate
     from vidql.engine.planner import Binding
     from vidql.engine.pricing import known_ms
 
     try:
-        b = binding or Binding(db, q)
+        b = Binding(db, q)
         if known_ms(db.catalog, b.cache.oracle) is None:
             return None, None
         return b.cache, estimate_approximate(db, q, b)[1].calls

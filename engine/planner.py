@@ -213,10 +213,11 @@ def query_confidence(q: Query) -> float:
     return q.confidence if q.confidence is not None else 0.95
 
 
-def run_approximate(db, q: Query, binding: Binding | None = None) -> Result:
-    """Run an approximate query (bound by `binding`, else bound here); the relation has the
-    columns of docs/sql.md."""
-    binding = binding or Binding(db, q)
+def run_approximate(db, q: Query) -> Result:
+    """Bind and run an approximate query; the relation has the columns of docs/sql.md. The
+    binding is its own: an estimate's dry run reads cached labels, which a binding made
+    before it would count in the query's report."""
+    binding = Binding(db, q)
     seed = _seed(q)
     report = binding.report(q.kind, seed)
     sampling_seed = binding.sampling_seed(seed)  # binding's work: the operator's time starts after

@@ -13,22 +13,21 @@ from vidql.engine.result import Result
 from vidql.engine.sql.dialect import Query
 
 
-def scan_is_cheaper(db, q: Query) -> tuple[str | None, Binding | None]:
-    """(why `q` should be answered by the exact scan, or None to sample; the query's Binding
-    where this bound it, for the sampling to reuse). Only an ungrouped aggregate whose oracle
-    reads pixels (else decoding costs nothing and sampling is always cheaper) and has been
-    timed (so that pricing labels no frame) can be scanned instead."""
+def scan_is_cheaper(db, q: Query) -> str | None:
+    """Why `q` should be answered by the exact scan, or None to sample: only an ungrouped
+    aggregate whose oracle reads pixels (else decoding costs nothing and sampling is always
+    cheaper) and has been timed (so that pricing labels no frame)."""
     if db.sampling == "always" or q.kind not in ("aggregate", "aggregate_budget") or q.group_by:
-        return None, None
+        return None
     b = Binding(db, q)  # refuses what the query refuses, as the query would
     if not b.cache.oracle.needs_pixels or known_ms(db.catalog, b.cache.oracle) is None:
-        return None, b
+        return None
     _, plan, scan = estimate_approximate(db, q, b)
     if plan.seconds is None or scan.seconds is None or scan.seconds >= plan.seconds:
-        return None, b
+        return None
     return (f"the exact scan ({scan.calls} labels, about {scan.seconds:.1f} s) was priced below "
             f"sampling ({plan.calls} labels decoded in rounds, about {plan.seconds:.1f} s), so "
-            "the answer is exact; SET SAMPLING = 'always' samples anyway"), b
+            "the answer is exact; SET SAMPLING = 'always' samples anyway")
 
 
 def as_aggregate(db, exact: Result, q: Query, why: str) -> Result:

@@ -252,3 +252,16 @@ def test_explain_advises_what_a_budget_buys(tmp_path, traffic):
         capped = db.sql("EXPLAIN SELECT AVG(objects('car')) FROM v ERROR WITHIN 0.5 "
                         "ORACLE BUDGET 20 SEED 1").df()["note"][0]
         assert re.search(r"forecast: ERROR WITHIN 0.5 needs about \d+ labels", capped), capped
+
+
+def test_pricing_a_query_leaves_its_report_as_it_was(long_gop):
+    """The scan choice prices a query with a dry run that reads cached labels; the query's
+    report counts only what the query itself used: a cached rerun has as many cache hits as
+    frames, as a query that was never priced has."""
+    db, _ = long_gop
+    db.sql("SELECT count(*) FROM g WHERE frame < 30 AND objects('car') >= 0")  # times the oracle
+    sql = "SELECT AVG(objects('car')) FROM g ORACLE BUDGET 24 SEED 4"
+    db.sql(sql)
+    again = db.sql(sql)
+    assert again.report.operator.startswith("aggregate") and again.report.oracle_calls == 0
+    assert again.report.cache_hits == again.df()["frames"].iloc[0]
