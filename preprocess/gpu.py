@@ -12,9 +12,14 @@ from typing import Iterator
 
 import numpy as np
 
-from vidql.base.errors import ParameterError, VidqlError
+from vidql.base.errors import ParameterError, VideoError, VidqlError
 from vidql.preprocess.probe import VideoInfo, probe_video
 from vidql.preprocess.transforms import Normalize, to_device, to_images
+
+
+class DaliDecodeError(VideoError):
+    """NVDEC, through DALI, cannot decode a video that the CPU decodes (a clip that does not
+    start at an IDR frame, say): decode it on the CPU."""
 
 
 def cuda_available() -> bool:
@@ -79,8 +84,8 @@ def dali_frame_batches(path: str | os.PathLike, *, size: tuple[int, int] | None 
 
     @pipeline_def(batch_size=1, num_threads=2, device_id=device_id, prefetch_queue_depth=2)
     def reader():
-        video, frame_num = fn.readers.video(
-            device="gpu", filenames=[str(path)], sequence_length=batch_size, step=batch_size,
+        video, _label, frame_num = fn.readers.video(  # frame numbers need a label per file
+            device="gpu", filenames=[str(path)], labels=[0], sequence_length=batch_size, step=batch_size,
             stride=1, random_shuffle=False, enable_frame_num=True, pad_sequences=True,
             skip_vfr_check=True, name="reader")
         if size is not None:
@@ -88,8 +93,8 @@ def dali_frame_batches(path: str | os.PathLike, *, size: tuple[int, int] | None 
         return video, frame_num
 
     pipe = reader()
-    pipe.build()
     try:
+        pipe.build()
         delivered = 0
         while delivered < info.frame_count:
             video, frame_num = pipe.run()
@@ -99,9 +104,19 @@ def dali_frame_batches(path: str | os.PathLike, *, size: tuple[int, int] | None 
             feed_ndarray(sequence, out, cuda_stream=torch.cuda.current_stream(device_id))
             count = min(batch_size, info.frame_count - start)
             if start != delivered or count <= 0:
-                raise VidqlError(f"DALI returned frames from {start} where {delivered} was expected "
-                                 f"in '{path}'; decode it on the CPU instead")
+                raise DaliDecodeError(path, f"DALI returned frames from {start} where {delivered} "
+                                            "was expected; decode it on the CPU instead")
             yield np.arange(start, start + count, dtype=np.int64), out[:count]
             delivered += count
+    except RuntimeError as exc:
+        raise DaliDecodeError(path, f"DALI cannot decode it ({_reason(exc)})") from exc
     finally:
         del pipe
+
+
+def _reason(exc: RuntimeError) -> str:
+    """The line of a DALI error that says what went wrong (its messages carry the pipeline's
+    definition and C++ context around it)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    said = [line for line in lines if line.startswith(("Error in worker thread:", "Assert on"))]
+    return (said or lines or [type(exc).__name__])[0]

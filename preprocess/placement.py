@@ -9,12 +9,14 @@ possible placement's rate, and picks the fastest; `override` forces a choice.
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from vidql.base.errors import ParameterError
-from vidql.preprocess.gpu import DeviceTransform, cuda_available, dali_available, dali_frame_batches
+from vidql.preprocess.gpu import (DaliDecodeError, DeviceTransform, cuda_available, dali_available,
+                                  dali_frame_batches)
 from vidql.preprocess.pipeline import Pipeline
 from vidql.preprocess.source import as_source
 from vidql.preprocess.transforms import FrameSpec, Normalize
@@ -103,13 +105,26 @@ def measure_stages(source, size: tuple[int, int] | None, normalize: Normalize | 
             rates["normalize_cuda"] = _call_rate(DeviceTransform("cuda", None, normalize), small, sync)
             rates["resize_normalize_cuda"] = _call_rate(DeviceTransform("cuda", size, normalize), full, sync)
     if dali:
-        start, count = time.perf_counter(), 0
-        for indices, _ in dali_frame_batches(source.path, size=size, batch_size=batch_size, info=source.info):
-            count += len(indices)
-            if count >= len(frames):
-                break
-        rates["decode_dali"] = count / (time.perf_counter() - start)
+        try:
+            rates["decode_dali"] = _dali_rate(source, size, len(frames), batch_size)
+        except DaliDecodeError as exc:
+            warnings.warn(f"{exc}; decoding it on the CPU", stacklevel=2)
     return rates
+
+
+def _dali_rate(source, size, frames: int, batch_size: int) -> float:
+    start, count = time.perf_counter(), 0
+    for indices, _ in dali_frame_batches(source.path, size=size, batch_size=batch_size, info=source.info):
+        count += len(indices)
+        if count >= frames:
+            break
+    return count / (time.perf_counter() - start)
+
+
+def measured(key: tuple[str, str, str], rates: dict[str, float]) -> bool:
+    """True when every stage of a placement has a measured rate (DALI's is missing for a
+    video NVDEC cannot decode)."""
+    return all(name in rates for names in _STAGES[key].values() for name in names)
 
 
 def plan_placement(source, size: tuple[int, int] | None, *, normalize: Normalize | None = None,
@@ -135,6 +150,9 @@ def plan_placement(source, size: tuple[int, int] | None, *, normalize: Normalize
             raise ParameterError(f"placement {override!r} is not possible here (CUDA: {cuda}, DALI: {dali})")
     rates = measure_stages(source, size, normalize, probe_frames=probe_frames, workers=workers,
                            cuda=cuda, dali=dali and any(k[0] == "dali" for k in keys))
+    keys = [k for k in keys if measured(k, rates)]
+    if not keys:
+        raise ParameterError(f"placement {override!r} is not possible for this video: DALI cannot decode it")
     return choose_placement(rates, keys)
 
 

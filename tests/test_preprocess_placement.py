@@ -8,7 +8,8 @@ import pytest
 
 from vidql.base.errors import ParameterError
 from vidql.preprocess import Normalize, frame_batches
-from vidql.preprocess.gpu import DeviceTransform, cuda_available, dali_available
+from vidql.preprocess import placement
+from vidql.preprocess.gpu import DaliDecodeError, DeviceTransform, cuda_available, dali_available
 from vidql.preprocess.placement import Placement, candidates, choose_placement, plan_placement, predict
 from vidql.preprocess.testclip import write_counter_video
 
@@ -88,3 +89,24 @@ def test_dali_decode_matches_cpu(clip):
     dali = [(i, b) for i, b in frame_batches(clip, size=(64, 48), placement="dali", batch_size=16)]
     np.testing.assert_array_equal(np.concatenate([i for i, _ in dali]), np.arange(48))
     assert np.abs(np.concatenate([b.cpu().numpy() for _, b in dali]).astype(int) - cpu).mean() < 6
+
+
+def _undecodable(path, **_):
+    raise DaliDecodeError(path, "DALI cannot decode it (no IDR frame at the start)")
+    yield  # a generator, as dali_frame_batches is
+
+
+def test_a_video_dali_cannot_decode_is_measured_and_placed_on_the_cpu(clip, monkeypatch):
+    monkeypatch.setattr(placement, "dali_frame_batches", _undecodable)
+    with pytest.warns(UserWarning, match="DALI cannot decode it.*decoding it on the CPU"):
+        rates = placement.measure_stages(clip, (64, 48), Normalize(), probe_frames=32, dali=True)
+    assert "decode_dali" not in rates and rates["decode_resize_cpu"] > 0
+    # with DALI (and CUDA) present, the plan keeps to placements whose stages were measured
+    measured = dict(RATES)
+    del measured["decode_dali"]
+    monkeypatch.setattr(placement, "cuda_available", lambda: True)
+    monkeypatch.setattr(placement, "dali_available", lambda: True)
+    monkeypatch.setattr(placement, "measure_stages", lambda *a, **k: measured)
+    assert plan_placement(clip, (64, 48), normalize=Normalize()).decode == "cpu"
+    with pytest.raises(ParameterError, match="DALI cannot decode it"):
+        plan_placement(clip, (64, 48), normalize=Normalize(), override="dali")
