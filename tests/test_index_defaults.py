@@ -47,7 +47,7 @@ def labelled(db) -> int:
                       "got 100000"),
     ("size = -3", "must lie in [8, 180], got -3"),
     ("size = true", "size (the proxy frames' short side in pixels) must be a whole number"),
-    ("embedder = 'resnet'", "embedder must be one of triplet, pretrained, pixel, got 'resnet'"),
+    ("embedder = 'resnet'", "embedder must be one of efficientnet, triplet, pretrained, pixel, got 'resnet'"),
     ("nosuch = 1", "unknown index option(s) nosuch"),
 ])
 def test_bad_options_raise_before_any_work(db, option, shown):

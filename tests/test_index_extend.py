@@ -195,7 +195,8 @@ def test_triplet_network_is_saved_and_embeds_the_new_clip_without_retraining(tmp
                                                                               monkeypatch):
     (a, b), labels = traffic_clips(tmp_path, 600)
     index = TastiIndex.build(ConcatSource([a]), CountingOracle(labels), size=a.proxy_size(),
-                             train=60, reps=60, triplets=1500, progress=False, threads=1)
+                             embedder="triplet", train=60, reps=60, triplets=1500, progress=False,
+                             threads=1)
     assert index.stats["embedding"] == "triplet CNN" and index.encoder.kind == "network"
     index.save(tmp_path / "idx")
     loaded = TastiIndex.load(tmp_path / "idx")
@@ -231,11 +232,12 @@ def test_index_saved_without_its_encoder_cannot_extend(clips, tmp_path):
 def test_triplet_extension_rho_is_close_to_a_rebuild(tmp_path):
     (a, b), labels = traffic_clips(tmp_path, 4000)
     oracle = CountingOracle(labels)
-    index = TastiIndex.build(ConcatSource([a]), oracle, size=a.proxy_size(), progress=False)
+    index = TastiIndex.build(ConcatSource([a]), oracle, size=a.proxy_size(), embedder="triplet",
+                             progress=False)
     index.extend(ConcatSource([a, b]), oracle, progress=False)
     assert index.stats["extensions"][0]["oracle_calls"] == 80
     rebuilt = TastiIndex.build(ConcatSource([a, b]), CountingOracle(labels), size=a.proxy_size(),
-                               progress=False)
+                               embedder="triplet", progress=False)
     frames = np.setdiff1d(np.arange(a.n_frames, index.n_frames),
                           np.concatenate([index.rep_frames, rebuilt.rep_frames]))
     rho_extended, rho_rebuilt = car_rho(index, labels, frames), car_rho(rebuilt, labels, frames)

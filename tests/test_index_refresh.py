@@ -10,7 +10,7 @@ from vidql.engine.sql.framestat import frame_statistic
 from vidql.base.errors import CatalogError, QueryError
 from vidql.indexes import IndexMismatchError, TastiIndex
 
-OPTIONS = "WITH (train = 20, reps = 40, triplets = 300, size = 24)"
+OPTIONS = "WITH (embedder = 'triplet', train = 20, reps = 40, triplets = 300, size = 24)"
 
 
 def labelled_calls(db) -> int:

@@ -22,9 +22,10 @@ def toy():
 
 @pytest.fixture(scope="module")
 def built(toy):
-    """A triplet index (the default embedder) and the oracle it used."""
+    """A triplet index and the oracle it used."""
     oracle = CountingOracle(toy.labels)
-    index = TastiIndex.build(toy, oracle, train=150, reps=300, k=5, seed=0, triplets=3000,
+    index = TastiIndex.build(toy, oracle, embedder="triplet", train=150, reps=300, k=5, seed=0,
+                             triplets=3000,
                              progress=False, identity={"video": "toy-0", "oracle": "truth"})
     return index, oracle
 
@@ -204,7 +205,7 @@ def test_pixel_index_uses_reps_labels_and_seeds_reproduce(toy):
 def test_labels_that_are_all_alike_fall_back_to_the_mining_embedding():
     toy = ToyTraffic(n_frames=400, seed=2, rates={"car": 0.0})
     oracle = CountingOracle(toy.labels.iloc[:0])  # the oracle sees nothing anywhere
-    index = TastiIndex.build(toy, oracle, train=40, reps=60, progress=False)
+    index = TastiIndex.build(toy, oracle, embedder="triplet", train=40, reps=60, progress=False)
     assert index.stats["triplets"] == 0 and "no triplets" in index.stats["embedding"]
     assert np.array_equal(index.proxy(frame_statistic(CAR)), np.zeros(400))
 

@@ -95,8 +95,8 @@ def test_pretrained_embedder_loads_local_weights_from_the_hub_cache(tmp_path, mo
     index = TastiIndex.build(small, CountingOracle(small.labels), reps=30, embedder="pretrained",
                              progress=False)
     assert index.embeddings.shape == (200, 512) and index.stats["oracle_calls"] == 30
-    mined = TastiIndex.build(small, CountingOracle(small.labels), train=20, reps=40,
-                             triplets=64, progress=False)
+    mined = TastiIndex.build(small, CountingOracle(small.labels), embedder="triplet", train=20,
+                             reps=40, triplets=64, progress=False)
     assert mined.stats["mining_embedding"] == "pretrained ResNet-18"
     assert mined.embeddings.shape == (200, 128)
     (checkpoints / "resnet18-f37072fd.pth").write_bytes(b"not a checkpoint")

