@@ -58,9 +58,11 @@ def cpu_threads(n: int, blas: int = 1):
     SVD ran several times faster single-threaded on a shared 2-core machine, and its
     results then do not depend on the thread count."""
     previous = torch.get_num_threads()
-    torch.set_num_threads(max(1, int(n)))
     try:
         with threadpool_limits(limits=max(1, int(blas))):
+            # after the limit, which caps every OpenMP runtime, torch's own among them: set
+            # first, torch ran on one thread whatever `n` said
+            torch.set_num_threads(max(1, int(n)))
             yield
     finally:
         torch.set_num_threads(previous)

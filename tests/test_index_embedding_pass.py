@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 import vidql.indexes.embedders as embedders
 from vidql.indexes.network import DECODER_NICE, cpu_threads
@@ -39,3 +41,14 @@ def test_a_network_pass_decodes_on_what_the_network_leaves(network, counter_clip
                                      network=network)
     assert out.shape == (source.n_frames, 2) and 1 <= len(seen) <= cpu_count()
     assert set(seen.values()) == {mine + DECODER_NICE if network else mine}
+
+
+def test_cpu_threads_gives_torch_its_threads_and_blas_one():
+    from threadpoolctl import threadpool_info
+
+    torch_lib = str(Path(torch.__file__).parent)
+    with cpu_threads(2):
+        pools = threadpool_info()
+        torch_pools = [p for p in pools if p["filepath"].startswith(torch_lib)]
+        assert torch_pools and all(p["num_threads"] == 2 for p in torch_pools if p["user_api"] == "openmp")
+        assert all(p["num_threads"] == 1 for p in pools if p["user_api"] == "blas")
