@@ -33,7 +33,7 @@ from vidql.bench.registry import BenchContext, ScenarioResult, pyplot, scenario
 from vidql.engine.sql.framestat import evaluate
 from vidql.indexes import CompactCNN, TastiIndex, embed_source, propagate
 from vidql.indexes.embedders import efficientnet_embedder, network_embedder
-from vidql.indexes.tasti import SHORT_SIDE
+from vidql.indexes.tasti import EMBEDDER_SHORT_SIDE
 from vidql.indexes.network import cpu_threads, to_tensor
 from vidql.indexes.triplet import random_lighting
 from vidql.engine.sql.framestat import frame_statistic
@@ -202,7 +202,8 @@ def compare(name: str, source, detections: pd.DataFrame, n_frames: int, budget: 
     for method, embedder in EMBEDDERS.items():
         oracle = CountingLabels(detections)
         t0 = time.perf_counter()
-        read_at = source.proxy_size(SHORT_SIDE[embedder]) if embedder in SHORT_SIDE else size
+        read_at = (source.proxy_size(EMBEDDER_SHORT_SIDE[embedder]) if embedder in EMBEDDER_SHORT_SIDE
+                   else size)
         with PeakRss() as rss:
             index = TastiIndex.build(source, oracle, seed=seed, embedder=embedder, size=read_at,
                                      progress=False, **sizes)

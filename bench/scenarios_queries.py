@@ -166,16 +166,14 @@ def clip_populations(ctx: BenchContext) -> list[Population]:
 def _clip_populations(clip: Path) -> tuple[Population, ...]:
     labels = clip.with_name(f"{clip.stem}.labels.csv")
     detections = read_labels(labels)
-    with FrameReader(clip) as reader:
-        n = reader.info.frame_count
-    shares = detections.groupby("label")["frame"].nunique() / n
-    count = shares.idxmax()
-    rare = shares[(shares >= 0.03) & (shares <= 0.3)]
-    thing = (rare - 0.1).abs().idxmin() if len(rare) else None
     where = f"{clip.name} (real), LABELS oracle, default TASTI index built through SQL"
     with vidql.connect(progress=False) as db:
         db.sql(f"LOAD VIDEO '{clip}' AS v; CREATE ORACLE t FROM LABELS '{labels}'; "
                "SET ORACLE v = t; CREATE INDEX vi ON v USING TASTI")
+        shares = detections.groupby("label")["frame"].nunique() / int(db.videos()["frame_count"][0])
+        count = shares.idxmax()
+        rare = shares[(shares >= 0.03) & (shares <= 0.3)]
+        thing = (rare - 0.1).abs().idxmin() if len(rare) else None
         cars = parse_frame_expr(f"objects('{count}')")
         b = Binding(db, parse(f"SELECT AVG(objects('{count}')) FROM v ERROR WITHIN 1"))
         (values,) = b.truths(cars)(np.arange(b.n))

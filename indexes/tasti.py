@@ -35,7 +35,7 @@ FORMAT_VERSION = 1
 MAX_CRACK_FILES = 64  # then the next save rewrites every file (and folds the cracks in)
 EMBEDDERS = ("efficientnet", "triplet", "pretrained", "pixel")
 # the proxy frames' short side (pixels) an embedder reads by default; others read the source's
-SHORT_SIDE = {"efficientnet": 96}
+EMBEDDER_SHORT_SIDE = {"efficientnet": 96}
 LabelFn = Callable[[np.ndarray], pd.DataFrame]
 
 
@@ -244,7 +244,10 @@ class TastiIndex:
         """Embed every frame of `source`, label `reps` representatives through `label_fn`
         and find each frame's `k` nearest representatives.
 
-        `embedder`: 'triplet' (default) trains a compact CNN with triplet loss on `train`
+        `embedder` (None: `default_embedder`): 'efficientnet' embeds with ImageNet
+        EfficientNet-Lite0 (`GridEmbedder`; `weights` or the packaged file), read best at
+        the short side EMBEDDER_SHORT_SIDE gives, and its proxies add a linear probe
+        (`linear_readout`). 'triplet' trains a compact CNN with triplet loss on `train`
         frames chosen by farthest-point-first over a mining embedding (pretrained ResNet-18
         when local weights exist, else the pixel embedding) together with the random
         representatives. 'pretrained' uses ResNet-18 features (needs local `weights` or the
@@ -355,7 +358,7 @@ class TastiIndex:
     def _first_embedding(cls, source, cfg, progress, weights, chunk_map
                          ) -> tuple[RowFile, FrameEncoder, dict]:
         """(embedding on disk, its encoder, stats naming it): the final embedding for
-        'pretrained' and 'pixel', the mining embedding for 'triplet'."""
+        'efficientnet', 'pretrained' and 'pixel', the mining embedding for 'triplet'."""
         from .embedders import (efficientnet_embeddings, find_pretrained_weights, fit_pixel_embeddings,
                                 pretrained_embeddings)
         from .encoder import FrameEncoder

@@ -7,6 +7,7 @@ and resizes/normalises there. `dali_frame_batches` decodes on the GPU with NVIDI
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -94,10 +95,12 @@ def dali_frame_batches(path: str | os.PathLike, *, size: tuple[int, int] | None 
 
     pipe = reader()
     try:
-        pipe.build()
+        with _dali_errors(path):
+            pipe.build()
         delivered = 0
         while delivered < info.frame_count:
-            video, frame_num = pipe.run()
+            with _dali_errors(path):
+                video, frame_num = pipe.run()
             start = int(np.asarray(frame_num.as_cpu().as_tensor()).reshape(-1)[0])
             sequence = video[0]
             out = torch.empty(tuple(sequence.shape()), dtype=torch.uint8, device=f"cuda:{device_id}")
@@ -108,10 +111,18 @@ def dali_frame_batches(path: str | os.PathLike, *, size: tuple[int, int] | None 
                                             "was expected; decode it on the CPU instead")
             yield np.arange(start, start + count, dtype=np.int64), out[:count]
             delivered += count
-    except RuntimeError as exc:
-        raise DaliDecodeError(path, f"DALI cannot decode it ({_reason(exc)})") from exc
     finally:
         del pipe
+
+
+@contextmanager
+def _dali_errors(path):
+    """A DALI pipeline's RuntimeError (not torch's: a CUDA error stays what it is) as the
+    DaliDecodeError that sends the video to the CPU."""
+    try:
+        yield
+    except RuntimeError as exc:
+        raise DaliDecodeError(path, f"DALI cannot decode it ({_reason(exc)})") from exc
 
 
 def _reason(exc: RuntimeError) -> str:

@@ -115,13 +115,13 @@ class IndexStore:
     def _build_labelled(self, video: str, options: dict, oracle: str | None, progress: bool,
                         threads: int | None):
         from vidql.indexes import TastiIndex
-        from vidql.indexes.tasti import SHORT_SIDE, default_embedder
+        from vidql.indexes.tasti import EMBEDDER_SHORT_SIDE, default_embedder
 
         cache = self.catalog.label_cache(video, oracle)
         source = self.catalog.lowres_source(video)
         build = dict(options)
         embedder = build.get("embedder") or default_embedder()
-        size = source.proxy_size(build.pop("size", None) or SHORT_SIDE.get(embedder))
+        size = source.proxy_size(build.pop("size", None) or EMBEDDER_SHORT_SIDE.get(embedder))
         identity = self._identity(video, cache.oracle.identity)
         before = cache.stats.snapshot()
         executor = self.catalog.executor  # Ray: embedding chunks written to shared storage
