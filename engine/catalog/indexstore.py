@@ -135,6 +135,8 @@ class IndexStore:
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
         index.stats["newly_labelled"] = cache.stats.since(before).oracle_calls
+        if "note" in index.stats:  # a message's table cell may be cut short; a warning is not
+            warnings.warn(f"index over video {video!r}: {index.stats['note']}", stacklevel=2)
         stored = {**index.config, "oracle": cache.oracle.name, "given": options}
         return index, stored, cache.oracle.identity
 
