@@ -23,7 +23,8 @@ from vidql.engine.result import Report, Result
 OPERATORS = {
     "aggregate": "aggregate with error bound (betting confidence sequence; control variates "
                  "with an index, uniform sampling without)",
-    "aggregate_budget": "aggregate under a budget (ABae stratified sampling)",
+    "aggregate_budget": "aggregate under a budget (uniform sample, finite-sample interval; "
+                        "ABae stratified sampling for GROUP BY over frame functions)",
     "limit": "LIMIT ranked by proxy (oracle scan in proxy order, GAP suppression)",
     "select_recall": "SUPG selection with a recall target",
     "select_precision": "SUPG selection with a precision target",
@@ -393,10 +394,10 @@ def _run_column_groups(b: Binding, q: Query, seed: int, report: Report) -> pd.Da
         proxy = _budget_proxy(b, stat, pred, report)
         grouped = queries.grouped_budget(codes, proxy, _pair(b, stat, pred),
                                          budget=q.clauses.budget, agg=agg.func,
-                                         confidence=conf, seed=seed,
+                                         confidence=conf, seed=seed, where=pred is not None,
                                          value_range=_value_range(stat, report))
         scales = np.ones(len(keys))
-        report.operator = "aggregate under budget per group (ABae)"
+        report.operator = "aggregate under budget per group (uniform sample)"
         report.guarantee = f"{agg.func.upper()} with ≤ {q.clauses.budget} oracle calls in all"
     together = "its one group" if len(keys) == 1 else f"all {len(keys)} groups at once"
     report.guarantee += (f", {percent(conf)} finite-sample intervals holding for {together} "
@@ -560,7 +561,7 @@ def budget_result(b: Binding, q: Query, seed: int, report: Report, truths=None):
     error_bound."""
     stat, pred, _ = _error_bound_targets(q)
     return queries.aggregate_budget(_budget_proxy(b, stat, pred, report),
-                                    _pair(b, stat, pred, truths=truths),
+                                    _pair(b, stat, pred, truths=truths), where=pred is not None,
                                     **_budget_keywords(q, seed, report, stat))
 
 
@@ -578,12 +579,12 @@ def _add_notes(report: Report, notes: list[str]) -> None:
 
 
 def _budget_proxy(b: Binding, stat, pred, report: Report, group=None) -> np.ndarray:
-    """ABae's proxy: the predicate's, else the statistic's, else the frame-function GROUP BY
-    key's (COUNT(*) per group); zeros without an index, noted."""
+    """The budget operators' proxy: the predicate's, else the statistic's, else the
+    frame-function GROUP BY key's (COUNT(*) per group); zeros without an index, noted."""
     expr = next((e for e in (pred, stat, group) if e is not None), None)
     proxy = b.proxy(expr)
-    if proxy is None:  # no index: strata are random, ABae degrades to uniform sampling
-        report.details["note"] = "no index: stratification by proxy unavailable"
+    if proxy is None:  # no index: no control variate, and ABae's strata are random
+        report.details["note"] = "no index: no proxy to help the sample (control variate, strata)"
         return np.zeros(b.n)
     return proxy
 

@@ -4,7 +4,8 @@ from .grouped import grouped_budget, grouped_error_bound, split_confidence
 from .limit import limit_query
 from .rare import find_rare
 from .results import AggregateResult, GroupedResult, RareResult, SelectionResult
-from .stratified import aggregate_budget, aggregate_budget_grouped
+from .budget import aggregate_budget
+from .stratified import abae_budget, aggregate_budget_grouped
 from .select_binomial import recall_adaptive, recall_binomial, recall_normal
 from .select_forecast import selection_forecast
 from .supg import supg_precision
@@ -13,7 +14,7 @@ __all__ = [
     "AggregateResult", "GroupedResult", "SelectionResult", "RareResult",
     "aggregate_error_bound", "aggregate_ratio_error_bound",
     "grouped_error_bound", "grouped_budget", "split_confidence",
-    "aggregate_budget", "aggregate_budget_grouped",
+    "aggregate_budget", "abae_budget", "aggregate_budget_grouped",
     "limit_query", "recall_binomial", "recall_adaptive", "recall_normal", "supg_precision",
     "selection_forecast", "find_rare",
 ]

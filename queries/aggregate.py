@@ -158,25 +158,26 @@ def _bernstein_mean(estimate: float, cov: np.ndarray, c: float, proxy_stats, y_r
     return max(estimate - half, y_range[0]), min(estimate + half, y_range[1]), width
 
 
-def _betting_mean(y: np.ndarray, n: int, y_range, seen_proxy, proxy_stats, estimate: float,
-                  asked: tuple[float, bool], delta: float,
-                  cap: int | None = None) -> tuple[float, float]:
+def betting_mean_interval(y: np.ndarray, n: int, y_range, seen_proxy, proxy_stats,
+                          estimate: float, asked: tuple[float, bool], delta: float,
+                          cap: int | None = None, shrink: float = 0.0) -> tuple[float, float]:
     """The betting interval for the mean from the values `y` drawn so far (with the
     proxy of the same frames, or None); `asked` = (error, relative); `cap`: the most draws
-    there will be, when fewer than n."""
+    there will be, when fewer than n; `shrink` as in `mean_increments`."""
     error, relative = asked
-    increments, d, feasible = mean_increments(y, n, y_range, seen_proxy, proxy_stats)
+    increments, d, feasible = mean_increments(y, n, y_range, seen_proxy, proxy_stats,
+                                              shrink=shrink)
     bets = _bets(d, y_range[1] - y_range[0], error, relative, cap=cap, delta=delta)
     low, high = max(y_range[0], feasible[0]), min(y_range[1], feasible[1])
     return betting_interval(increments, bets, low, high, delta,
                             _tolerance(error, relative, estimate, low, high))
 
 
-def _betting_ratio(data: np.ndarray, n: int, x_range, estimate: float,
-                   asked: tuple[float, bool], delta: float,
-                   cap: int | None = None) -> tuple[float, float]:
+def betting_ratio_interval(data: np.ndarray, n: int, x_range, estimate: float,
+                           asked: tuple[float, bool], delta: float,
+                           cap: int | None = None) -> tuple[float, float]:
     """The betting interval for the ratio from the drawn columns (pred*stat, pred);
-    `asked` = (error, relative); `cap` as in _betting_mean."""
+    `asked` = (error, relative); `cap` as in betting_mean_interval."""
     error, relative = asked
     a, b = data[:, 0], data[:, 1]
     prev_b = np.concatenate([[0.0], np.cumsum(b[:-1])])
@@ -251,7 +252,7 @@ def aggregate_error_bound(n: int, true_values: Callable[[np.ndarray], np.ndarray
             details["range_width"] = float(width)
         else:
             seen_proxy = None if proxy is None else proxy[sampler.order[:t]]
-            low, high = _betting_mean(np.concatenate(values), n, y_range, seen_proxy,
+            low, high = betting_mean_interval(np.concatenate(values), n, y_range, seen_proxy,
                                       proxy_stats, estimate, (error, relative), delta, cap)
         estimate = float(min(max(estimate, low), high))
         details.update(checks=j, c=float(c))
@@ -346,7 +347,7 @@ def aggregate_ratio_error_bound(n: int, true_values: Callable, *, error: float,
             low, high = _ratio_bernstein(mean_a, mean_b, moments.cov(), t, n, *x_range,
                                          epoch_delta(j, delta, p))
         else:
-            low, high = _betting_ratio(np.concatenate(columns), n, x_range, estimate,
+            low, high = betting_ratio_interval(np.concatenate(columns), n, x_range, estimate,
                                        (error, relative), delta, cap)
         estimate = float(min(max(estimate, low), high))
         # without a value range, the range of stat is read off the predicate frames seen

@@ -88,9 +88,10 @@ def betting_interval(increments: Callable[[float], tuple[np.ndarray, np.ndarray,
 def mean_increments(y: np.ndarray, n: int, value_range: tuple[float, float],
                     proxy_sample: np.ndarray | None = None,
                     proxy_stats: tuple[float, float, float] | None = None,
-                    warmup: int = 10):
+                    warmup: int = 10, shrink: float = 0.0):
     """Increments for the population mean of y (sampled in this order without replacement),
-    with an optional proxy as control variate whose coefficient uses only earlier draws.
+    with an optional proxy as control variate whose coefficient uses only earlier draws
+    (after `warmup` draws; times i / (i + shrink) at draw i).
 
     Returns (increments(m), d, feasible (low, high)); d are the control-variate values
     Y_i + c_i (P_i - mean of the proxy over frames not yet drawn).
@@ -114,6 +115,7 @@ def mean_increments(y: np.ndarray, n: int, value_range: tuple[float, float],
         cov = _exclusive_cumsum(y * p) / cnt - my * mp
         var = _exclusive_cumsum(p * p) / cnt - mp * mp
         c = np.where((i >= warmup) & (var > 1e-12), -cov / np.maximum(var, 1e-12), 0.0)
+        c *= i / np.maximum(i + shrink, 1.0)  # `shrink` > 0: towards 0 while draws are few
         d = y + c * (p - rem_p)
         a = c * (p_min - rem_p)
         b = c * (p_max - rem_p)

@@ -8,8 +8,8 @@ its budget share comes from the group sizes and the proxy, never from a label. T
 coverage events are therefore independent, and each at conf**(1/G) gives all G together
 exactly conf (a little narrower than Bonferroni's 1 - (1-conf)/G, which it always beats).
 
-Budget split (ORACLE BUDGET): each group first gets the least its operator runs with (two
-labels per stratum), then the rest goes a floor share evenly and the remainder by a
+Budget split (ORACLE BUDGET): each group first gets MIN_GROUP_BUDGET labels (all its frames
+if fewer), then the rest goes a floor share evenly and the remainder by a
 Neyman-like weight from the proxy's spread within the group, sd_g for AVG (minimises the
 sum of the groups' variances, sd_g^2 / m_g) and N_g sd_g for SUM and COUNT (a group's total
 scales with its size); with no proxy spread (no index), evenly for AVG and by size for SUM
@@ -26,8 +26,10 @@ from vidql.base.ranges import DEFAULT_STRATA, MIN_SAMPLES, percent
 
 from .aggregate import aggregate_error_bound, aggregate_ratio_error_bound
 from .results import AggregateResult, GroupedResult
-from .stratified import AGGREGATES, MIN_BUDGET_PER_STRATUM, aggregate_budget
+from .budget import AGGREGATES, MIN_BUDGET, aggregate_budget
 from .validation import check_confidence, check_fraction, check_int, check_scores, make_rng
+
+MIN_GROUP_BUDGET = 2 * DEFAULT_STRATA  # labels each group gets first, as an ungrouped ORACLE BUDGET
 
 
 def split_confidence(confidence: float, groups: int) -> float:
@@ -95,42 +97,40 @@ def grouped_error_bound(groups, true_values: Callable, *, proxy: np.ndarray | No
 
 
 def grouped_budget(groups, proxy: np.ndarray, true_values: Callable, *, budget: int,
-                   agg: str = "avg", confidence: float = 0.95, strata: int = DEFAULT_STRATA,
-                   seed=0, floor_fraction: float = 0.1, **options) -> GroupedResult:
-    """ORACLE BUDGET per group: `aggregate_budget` (ABae; `true_values -> (stat, pred)`)
-    on each group's frames with its share of `budget` (see `split_budget`) at the split
-    confidence. `options` go to the operator (value_range, pilot_fraction, ...)."""
+                   agg: str = "avg", confidence: float = 0.95, seed=0,
+                   floor_fraction: float = 0.1, **options) -> GroupedResult:
+    """ORACLE BUDGET per group: `aggregate_budget` (`true_values -> (stat, pred)`) on each
+    group's frames with its share of `budget` (see `split_budget`) at the split
+    confidence. `options` go to the operator (where, value_range)."""
     keys, members = group_positions(groups)
     proxy = check_scores("proxy", proxy, sum(m.size for m in members))
     if agg not in AGGREGATES:
         raise ParameterError(f"agg must be one of {AGGREGATES}; got {agg!r}")
-    strata = check_int("strata", strata, 1)
-    shares = split_budget(budget, members, proxy, agg, strata, floor_fraction)
+    shares = split_budget(budget, members, proxy, agg, floor_fraction)
     each = split_confidence(confidence, len(keys))
     results = []
     for positions, share, rng in zip(members, shares, make_rng(seed).spawn(len(keys)),
                                      strict=True):
-        k = max(1, min(strata, positions.size, share // MIN_BUDGET_PER_STRATUM))
-        # a share covering the group labels all of it (exact), whatever its strata need
         result = aggregate_budget(proxy[positions], restrict(true_values, positions),
-                                  budget=max(int(share), MIN_BUDGET_PER_STRATUM * k), agg=agg,
-                                  confidence=each, strata=k, seed=rng, **options)
+                                  budget=max(int(share), MIN_BUDGET), agg=agg, confidence=each,
+                                  seed=rng,
+                                  **options)
         results.append(_globalised(result, positions))
     weight = "sd_g" if agg == "avg" else "N_g * sd_g"
     split = (f"{_confidence_text(len(keys), each, confidence)}; budget {budget} split "
-             f"{shares} (at least {MIN_BUDGET_PER_STRATUM} per stratum, then "
-             f"{floor_fraction:.0%} evenly and the rest by the proxy's spread, {weight})")
+             f"{shares} (at least {MIN_GROUP_BUDGET} each, then {floor_fraction:.0%} evenly "
+             f"and the rest by the proxy's spread, {weight})")
     return GroupedResult(keys, results, confidence, each, shares, split)
 
 
 def split_budget(budget: int, members: list[np.ndarray], proxy: np.ndarray, agg: str,
-                 strata: int = DEFAULT_STRATA, floor_fraction: float = 0.1) -> list[int]:
+                 floor_fraction: float = 0.1) -> list[int]:
     """Each group's share of `budget` (module docstring), from sizes and proxy only."""
     sizes = np.array([m.size for m in members], dtype=np.int64)
-    least = np.minimum(sizes, MIN_BUDGET_PER_STRATUM * np.minimum(strata, sizes))
+    least = np.minimum(sizes, MIN_GROUP_BUDGET)
     if not isinstance(budget, (int, np.integer)) or budget < least.sum():
         raise ParameterError(f"ORACLE BUDGET {budget} is too small for {sizes.size} groups: "
-                             f"each needs {MIN_BUDGET_PER_STRATUM} labels per stratum, "
+                             f"each needs {MIN_GROUP_BUDGET} labels (or all its frames), "
                              f"{int(least.sum())} in all; raise the budget or use fewer groups")
     floor_fraction = check_fraction("floor_fraction", floor_fraction)
     spread = np.array([proxy[m].std() for m in members])

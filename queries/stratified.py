@@ -1,5 +1,7 @@
-"""Aggregates under an oracle budget (ABae-style): proxy-stratified two-stage sampling with
-a finite-sample confidence interval (queries/stratum_bounds.py).
+"""Aggregates under an oracle budget by ABae's proxy-stratified two-stage sampling, with a
+finite-sample confidence interval (queries/stratum_bounds.py). ORACLE BUDGET uses it for
+GROUP BY over frame functions, where one sample serves every group; an ungrouped aggregate
+gets a narrower interval from a uniform sample (queries/budget.py).
 
 Frames are cut into K equal strata by proxy rank. Stage 1 spends half the budget evenly
 across strata; stage 2 gives each stratum a share proportional to the standard deviation
@@ -19,6 +21,7 @@ import numpy as np
 from vidql.base.errors import OracleError, ParameterError
 from vidql.base.ranges import DEFAULT_STRATA
 
+from .budget import AGGREGATES, NO_POSITIVE_NOTE
 from .limit import proxy_order
 from .oracle_calls import DistinctOracle, as_flags, as_values
 from .results import AggregateResult
@@ -26,20 +29,17 @@ from .stratum_bounds import stratified_interval
 from .validation import (check_confidence, check_fraction, check_int, check_scores,
                          check_value_range, make_rng)
 
-AGGREGATES = ("avg", "sum", "count")
 MIN_BUDGET_PER_STRATUM = 2  # ORACLE BUDGET must be at least this times the strata (5): 10
-NO_POSITIVE_NOTE = ("no sampled frame satisfies the predicate: the estimate is NULL and the "
-                    "interval is what the sample supports; raise the ORACLE BUDGET")
 
 
-def aggregate_budget(proxy: np.ndarray, true_values: Callable, *, budget: int,
-                     agg: str = "avg", confidence: float = 0.95,
-                     strata: int = DEFAULT_STRATA, seed=0,
-                     value_range: tuple[float, float] | None = None,
-                     pilot_fraction: float = 0.5,
-                     floor_fraction: float = 0.1) -> AggregateResult:
+def abae_budget(proxy: np.ndarray, true_values: Callable, *, budget: int,
+                agg: str = "avg", confidence: float = 0.95,
+                strata: int = DEFAULT_STRATA, seed=0,
+                value_range: tuple[float, float] | None = None,
+                pilot_fraction: float = 0.5,
+                floor_fraction: float = 0.1) -> AggregateResult:
     """AVG / SUM / COUNT over the frames where a predicate holds, spending at most `budget`
-    oracle calls.
+    oracle calls on ABae's stratified sample (the bench's baseline for `aggregate_budget`).
 
     `true_values(frames) -> (stat float64, pred bool)`. AVG is the mean of stat over
     predicate frames, SUM their total, COUNT their number. The interval holds in finite

@@ -5,7 +5,7 @@ import pytest
 from conftest import CountingOracle
 
 from vidql.base.errors import OracleError, ParameterError
-from vidql.queries import aggregate_budget, aggregate_budget_grouped
+from vidql.queries import abae_budget, aggregate_budget_grouped
 from vidql.queries.stratified import _allocate
 
 TRIALS = 200
@@ -40,7 +40,7 @@ def test_interval_covers_truth(agg):
     truth = _truth(stat, pred, agg)
     hits = 0
     for seed in range(TRIALS):
-        res = aggregate_budget(proxy, lambda f: (stat[f], pred[f]), budget=1000, agg=agg,
+        res = abae_budget(proxy, lambda f: (stat[f], pred[f]), budget=1000, agg=agg,
                                seed=seed)
         hits += res.ci_low <= truth <= res.ci_high
     assert hits / TRIALS >= 0.93
@@ -51,7 +51,7 @@ def test_interval_covers_rare_skewed_avg():
     proxy, stat, pred = rare_population(1)
     truth = stat[pred].mean()
     hits = sum(
-        (r := aggregate_budget(proxy, lambda f: (stat[f], pred[f]), budget=1500, seed=s)).ci_low <= truth <= r.ci_high
+        (r := abae_budget(proxy, lambda f: (stat[f], pred[f]), budget=1500, seed=s)).ci_low <= truth <= r.ci_high
         for s in range(TRIALS))
     assert hits / TRIALS >= 0.93
 
@@ -61,9 +61,9 @@ def test_lower_mse_than_uniform_sampling():
     proxy, stat, pred = beta_population(2)
     truth = stat[pred].mean()
     f = lambda fr: (stat[fr], pred[fr])  # noqa: E731
-    abae = [aggregate_budget(proxy, f, budget=1000, seed=s).estimate
+    abae = [abae_budget(proxy, f, budget=1000, seed=s).estimate
             for s in range(TRIALS)]
-    uniform = [aggregate_budget(proxy, f, budget=1000, seed=s, strata=1).estimate for s in range(TRIALS)]
+    uniform = [abae_budget(proxy, f, budget=1000, seed=s, strata=1).estimate for s in range(TRIALS)]
     ratio = np.mean((np.array(uniform) - truth) ** 2) / np.mean((np.array(abae) - truth) ** 2)
     assert ratio >= 1.4
 
@@ -71,7 +71,7 @@ def test_lower_mse_than_uniform_sampling():
 def test_budget_respected_no_frame_twice_and_stage_caps():
     proxy, stat, pred = beta_population(3, n=400)
     oracle = CountingOracle(stat, pred)
-    res = aggregate_budget(proxy, oracle, budget=300, seed=1, strata=5)
+    res = abae_budget(proxy, oracle, budget=300, seed=1, strata=5)
     assert res.oracle_calls == 300 == len(oracle.asked) == len(set(oracle.asked))
     assert np.array_equal(np.sort(oracle.asked), res.frames)
     sizes = np.array(res.details["stratum_sizes"])
@@ -85,7 +85,7 @@ def test_zero_variance_strata_still_get_stage_two_samples():
     proxy = rng.random(5000)
     pred = proxy > 0.8  # predicate only in the top stratum: others have sd 0 in the pilot
     stat = np.full(5000, 2.0)
-    res = aggregate_budget(proxy, lambda f: (stat[f], pred[f]), budget=500, agg="count",
+    res = abae_budget(proxy, lambda f: (stat[f], pred[f]), budget=500, agg="count",
                            seed=0)
     assert min(res.details["stage2"]) >= 1
 
@@ -101,7 +101,7 @@ def test_allocation_caps_and_totals():
 def test_exact_when_budget_covers_all_frames():
     proxy, stat, pred = beta_population(5, n=300)
     for agg in ("avg", "sum", "count"):
-        res = aggregate_budget(proxy, lambda f: (stat[f], pred[f]), budget=300, agg=agg)
+        res = abae_budget(proxy, lambda f: (stat[f], pred[f]), budget=300, agg=agg)
         assert res.exact and res.ci_low == res.ci_high
         assert res.estimate == pytest.approx(_truth(stat, pred, agg))
 
@@ -136,10 +136,10 @@ def test_grouped_coverage_all_groups_at_once(agg):
 def test_no_positive_sampled_gives_null_and_the_supported_interval():
     proxy = np.random.default_rng(8).random(2000)
     none = lambda f: (np.full(f.size, 3.0), np.zeros(f.size, bool))  # noqa: E731
-    res = aggregate_budget(proxy, none, budget=100, value_range=(0.0, 10.0))
+    res = abae_budget(proxy, none, budget=100, value_range=(0.0, 10.0))
     assert np.isnan(res.estimate) and "NULL" in res.details["note"]
     assert (res.ci_low, res.ci_high) == (0.0, 10.0)  # any mean in the range is possible
-    res = aggregate_budget(proxy, none, budget=100, agg="count")
+    res = abae_budget(proxy, none, budget=100, agg="count")
     # up to a few hundred unseen frames could satisfy it: never a claim of certainty
     assert res.estimate == 0.0 and res.ci_low == 0.0 and 50 < res.ci_high < 2000
     assert "note" in res.details and res.details["positives_sampled"] == 0
@@ -154,12 +154,12 @@ def test_no_positive_sampled_gives_null_and_the_supported_interval():
 def test_parameter_errors(kwargs, message):
     proxy = np.linspace(0, 1, 1000)
     with pytest.raises(ParameterError, match=message):
-        aggregate_budget(proxy, lambda f: (np.ones(f.size), np.ones(f.size, bool)), **kwargs)
+        abae_budget(proxy, lambda f: (np.ones(f.size), np.ones(f.size, bool)), **kwargs)
 
 
 def test_callback_must_return_pairs():
     with pytest.raises(OracleError):
-        aggregate_budget(np.linspace(0, 1, 100), lambda f: np.ones(f.size), budget=20)
+        abae_budget(np.linspace(0, 1, 100), lambda f: np.ones(f.size), budget=20)
 
 
 def test_each_stage_asks_the_oracle_once_for_every_stratum():
@@ -172,6 +172,6 @@ def test_each_stage_asks_the_oracle_once_for_every_stratum():
         calls.append(len(frames))
         return stat[frames], pred[frames]
 
-    res = aggregate_budget(proxy, oracle, budget=300, seed=1, strata=5)
+    res = abae_budget(proxy, oracle, budget=300, seed=1, strata=5)
     assert len(calls) == 2 and sum(calls) == res.oracle_calls == 300
     assert len(np.unique(res.frames)) == 300 and res.ci_low <= res.estimate <= res.ci_high
