@@ -45,10 +45,9 @@ def cmd_load(args) -> int:
         row = db.load_video(args.path, args.name, rendition=args.rendition,
                             skip_bad=args.skip_bad, into=args.into,
                             oracle_rendition=args.oracle_rendition)
-        clips = len(db.catalog.clip_table(row["name"]))
-        print(f"loaded {row['name']}: {f'{clips} clips, ' if clips > 1 else ''}"
-              f"{row['frame_count']} frames, {row['width']}x{row['height']} {row['codec']} at "
-              f"{row['fps']:.3g} fps")
+        shown = db.videos().set_index("name").loc[row["name"]]
+        print(f"loaded {row['name']}: {f'{shown.clips} clips, ' if shown.clips > 1 else ''}"
+              f"{shown.frame_count} frames, {shown['size']} {shown.codec} at {shown.fps} fps")
         for path, reason in row["skipped"]:
             print(f"skipped '{path}': {reason}")
     return 0
