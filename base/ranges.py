@@ -90,6 +90,7 @@ LIMIT_ROWS = Bounds(1, MAX_COUNT, whole=True)
 WHOLE = Bounds(0, MAX_COUNT, whole=True)  # a count the Python builder writes into a statement
 FINITE = Bounds()  # a number the Python builder writes into a statement
 BATCH_SIZE = Bounds(1, 4096, whole=True)  # frames per oracle call
+CLIP_SECONDS = Bounds(0.0, 600.0, open_low=True)  # an exported clip's length around a hit
 # ORACLE BUDGET: the fewest oracle calls each operator can work with
 MIN_SAMPLES = 2        # aggregate with an error bound (ERROR WITHIN ... ORACLE BUDGET n)
 DEFAULT_STRATA = 5     # ABae strata; two labels per stratum at least

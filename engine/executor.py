@@ -272,6 +272,8 @@ def run_query(db, q: Query) -> Result | None:
         else:
             with _forecast(db, q):
                 result = run_approximate(db, q)
+    if result is not None:
+        result.query, result.catalog = q.text, db.catalog  # to show the frames its rows name
     db.last_report = None if result is None else result.report
     return result
 
@@ -313,15 +315,17 @@ def _exact(db, q: Query):
     videos = db.catalog.video_names()
     lower = {v.lower(): v for v in videos}
     uses_functions = bool(parse_frame_expr(q.sql).functions)
+    tables = []  # the video tables it reads, labelled or not
     for table in q.tables:
         video = lower.get(table.split(".")[0].lower())
-        if video is not None:
+        if video is not None and video not in tables:
             db.catalog.ensure_video_relations(video)
+            tables.append(video)
     read = label_reads(videos, q.tables, uses_functions)
     t0 = time.perf_counter()
     result, stats = run_exact(db.catalog, q.sql, read, label_bounds(q, videos),
                               oracle=q.clauses.oracle)
-    report = Report(operator="exact", video=", ".join(read) or None,
+    report = Report(operator="exact", video=", ".join(tables) or None,
                     oracle=q.clauses.oracle, guarantee="exact")
     report.seconds["total"] = time.perf_counter() - t0
     report.add_stats(stats)

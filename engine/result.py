@@ -3,6 +3,7 @@ relation, with the report of what the statement did and cost."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -12,6 +13,7 @@ from vidql.engine.sql.sqlnames import quote_name
 if TYPE_CHECKING:
     import duckdb
 
+    from vidql.engine.catalog.catalog import Catalog
     from vidql.engine.labels.cache import LabelStats
 
 
@@ -76,7 +78,12 @@ class Result:
     `fetchnumpy()`, `show()`, `columns`, `types` ... are those of `.relation`; `fetchone()` and
     `fetchmany()` step through the rows like a cursor; `len()` is the row count. SQL on any
     DuckDB connection, `db.sql()` included, reads it by its Python variable name
-    (`SELECT * FROM r`), through the Arrow stream interface."""
+    (`SELECT * FROM r`), through the Arrow stream interface.
+
+    A query's result also knows its text (`query`) and its database's catalog (`catalog`),
+    so that it can show the frames its rows name: in a notebook (`_repr_html_`: the report,
+    thumbnails with the oracle's boxes, or an aggregate's intervals as bars) and as files
+    (`export`)."""
 
     def __init__(self, con: duckdb.DuckDBPyConnection, table: pa.Table, report: Report | None = None,
                  hugeint: tuple[str, ...] = ()):
@@ -89,6 +96,8 @@ class Result:
                 f"CAST({quote_name(name)} AS HUGEINT) AS {quote_name(name)}" for name in hugeint) + ")")
         self._hugeint = [name in hugeint for name in table.column_names]
         self.report = report
+        self.query: str | None = None
+        self.catalog: Catalog | None = None
         self._next_row = 0
 
     @classmethod
@@ -102,7 +111,7 @@ class Result:
         return cls(con, table, report, hugeint)
 
     def __getattr__(self, name: str):
-        if name in ("relation", "table", "report", "_next_row"):  # not set yet: no recursion
+        if name in ("relation", "table", "report", "query", "catalog", "_next_row"):  # not set yet: no recursion
             raise AttributeError(name)
         return getattr(self.relation, name)
 
@@ -137,3 +146,19 @@ class Result:
         return text if self.report is None else f"{text}\n{self.report.summary()}"
 
     __str__ = __repr__
+
+    def _repr_html_(self) -> str:
+        from vidql.engine.result_html import notebook_html
+
+        return notebook_html(self)
+
+    def export(self, out: str | Path, *, boxes: bool = True, clip_seconds: float | None = None,
+               image_format: str = "jpeg") -> Path:
+        """Write one image per frame the rows name (`image_format` jpeg or png, the oracle's
+        boxes drawn with `boxes`), with `clip_seconds` an H.264 MP4 of the seconds around
+        each, and an `index.html` showing them with the query and its report, into the
+        folder `out`; returns the page's path."""
+        from vidql.engine.export import export_result
+
+        return export_result(self, out, boxes=boxes, clip_seconds=clip_seconds,
+                             image_format_name=image_format)

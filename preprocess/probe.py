@@ -67,6 +67,11 @@ class VideoInfo:
     counted_by: str  # "packets" or "decoding"
     creation_time: str | None = None  # the container's creation time (ISO 8601), if it has one
 
+    def timestamps(self) -> np.ndarray:
+        """Each frame's time in seconds from the first frame: from its decoder timestamp,
+        or frame number / fps where timestamps are missing or repeat."""
+        return frame_times(self.pts, self.pts_unique, self.time_base, self.fps)
+
     def gop_of(self, frame: int) -> int:
         """Position in `keyframes` of the last keyframe at or before `frame`."""
         return max(int(np.searchsorted(self.keyframes, frame, side="right")) - 1, 0)
@@ -94,6 +99,25 @@ class VideoInfo:
         """Also reads infos pickled when the arrays were tuples (pts with None)."""
         self.__dict__.update({k: _int64s(v) if k in _ARRAYS and not isinstance(v, np.ndarray)
                               else v for k, v in state.items()})
+
+
+def frame_times(pts: np.ndarray, pts_unique: bool, time_base: Fraction, fps: float) -> np.ndarray:
+    """Frame times in seconds from the first frame (see `VideoInfo.timestamps`)."""
+    if len(pts) and pts_unique:
+        return (pts - pts[0]) * float(time_base)
+    return np.arange(len(pts)) / (fps or 1.0)
+
+
+def frames_duration(times: np.ndarray, fps: float) -> float:
+    """How long frames at `times` (seconds, ascending) last: the last one's time plus one
+    mean frame step (1 / fps for a single frame). From the frames, not a container header,
+    whose rate and frame count can disagree with them (an AVI with dropped frames: 3602
+    frames at 59.94 in the header, half of them decoded, timestamps to 59.96 s)."""
+    if not len(times):
+        return 0.0
+    span = float(times[-1] - times[0])
+    step = span / (len(times) - 1) if len(times) > 1 and span > 0 else (1 / fps if fps > 0 else 0.0)
+    return span + step
 
 
 def _int64s(values) -> np.ndarray:
@@ -410,10 +434,11 @@ def _build_info(path: Path, stream, codec: str, pts, keyframe_pts, counted_by: s
         np.full(len(keyframes), _START, dtype=np.int64)
     time_base = stream.time_base or Fraction(1, 1)
     fps = _frame_rate(stream, pts if pts_unique else None, time_base)
+    duration = frames_duration(frame_times(pts, pts_unique, time_base, fps), fps)
     return VideoInfo(
         path=str(path), codec=codec,
         width=int(stream.codec_context.width), height=int(stream.codec_context.height),
-        fps=fps, frame_count=n, duration=n / fps if fps > 0 else 0.0, time_base=Fraction(time_base),
+        fps=fps, frame_count=n, duration=duration, time_base=Fraction(time_base),
         keyframes=keyframes, keyframe_seek_ts=seek_ts.astype(np.int64), pts=pts,
         pts_unique=pts_unique, header_frame_count=int(stream.frames or 0), counted_by=counted_by,
         creation_time=created or None,

@@ -13,16 +13,15 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.patches as patches  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 
 import vidql  # noqa: E402
+from vidql.engine.picture import draw_boxes  # noqa: E402
 from vidql.preprocess import FrameReader  # noqa: E402
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 QUERY = ("SELECT clip, frame, ts FROM street WHERE objects('car') >= 8 "
          "LIMIT 4 GAP 100 USING INDEX street_idx")
-COLOURS = {"car": "tab:blue", "truck": "tab:red", "person": "tab:green"}
 
 
 def run_query(db_path: Path):
@@ -44,13 +43,7 @@ def draw(rows, boxes, summary: str, out: Path) -> None:
         images = reader.read(rows["frame"].tolist())
     fig, axes = plt.subplots(1, len(images), figsize=(4 * len(images), 3.6))
     for ax, image, (_, row) in zip(axes, images, rows.iterrows(), strict=True):
-        ax.imshow(image)
-        for _, b in boxes[boxes["frame"] == row["frame"]].iterrows():
-            colour = COLOURS.get(b["label"], "tab:gray")
-            ax.add_patch(patches.Rectangle((b["x1"], b["y1"]), b["x2"] - b["x1"], b["y2"] - b["y1"],
-                                           fill=False, edgecolor=colour, linewidth=1.2))
-            if b["label"] in COLOURS:
-                ax.text(b["x1"], b["y1"] - 2, b["label"], color=colour, fontsize=7)
+        ax.imshow(draw_boxes(image, boxes[boxes["frame"] == row["frame"]]))
         ax.set_title(f"frame {row['frame']}, ts {row['ts']:.1f} s", fontsize=9)
         ax.axis("off")
     fig.suptitle(QUERY, fontsize=10, family="monospace")

@@ -542,3 +542,17 @@ def test_appending_without_an_index_loads_no_torch(clips):
             "print('torch' in sys.modules, 'faiss' in sys.modules)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]
+
+
+def test_show_videos_gives_a_collections_mixed_sizes_and_rate_range(tmp_path):
+    from vidql.preprocess.testclip import write_counter_video
+
+    write_counter_video(tmp_path / "small.mp4", 24, 160, 96, fps=25)
+    write_counter_video(tmp_path / "large.mp4", 24, 320, 240, fps=30)
+    with vidql.connect(progress=False) as db:
+        db.sql(f"LOAD VIDEO ('{tmp_path / 'small.mp4'}', '{tmp_path / 'large.mp4'}') AS mix; "
+               f"LOAD VIDEO '{tmp_path / 'large.mp4'}' AS one")
+        shown = db.sql("SHOW VIDEOS").df().set_index("name")
+    assert shown.loc["mix", ["clips", "codec", "size", "fps"]].tolist() == [
+        2, "h264", "mixed: 160x96, 320x240", "25-30"]
+    assert shown.loc["one", ["clips", "codec", "size", "fps"]].tolist() == [1, "h264", "320x240", "30"]

@@ -277,3 +277,29 @@ def test_an_evenly_stepped_million_timestamps_are_numbered_without_a_map():
         tracemalloc.stop()
     assert held < 1 << 20, held  # a dict of them holds about 80 MB
     assert index.get(512 * 999_999) == 999_999 and index.get(512 * 1_000_000) is None
+
+
+def test_duration_comes_from_the_frames_timestamps_not_the_header(tmp_path):
+    """An AVI whose header says 60 fps while its frames are 1/30 s apart (every other frame
+    dropped): the duration is how long its frames last, as their `ts` say."""
+    import vidql
+    from fractions import Fraction
+
+    path = tmp_path / "dropped.avi"
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream("mpeg4", rate=60)
+        stream.width, stream.height, stream.pix_fmt = 64, 48, "yuv420p"
+        for i in range(30):
+            frame = av.VideoFrame.from_ndarray(counter_frame(i, 64, 48), format="rgb24")
+            frame.pts, frame.time_base = 2 * i, Fraction(1, 60)
+            container.mux(stream.encode(frame))
+        container.mux(stream.encode(None))
+    info = probe_video(path)
+    assert (info.fps, info.frame_count) == (60.0, 30)  # the header's rate; 30 frames decode
+    assert info.duration == pytest.approx(1.0)
+    with vidql.connect(progress=False) as db:
+        db.sql(f"LOAD VIDEO '{path}' AS v")
+        last = db.sql("SELECT max(ts) FROM v").fetchone()[0]
+        assert last == pytest.approx(29 / 30)
+        assert db.sql("SHOW CLIPS v").df()["duration"].tolist() == pytest.approx([1.0])
+        assert db.sql("SHOW VIDEOS").df()["duration"].tolist() == pytest.approx([1.0])

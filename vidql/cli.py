@@ -1,4 +1,4 @@
-"""The `vidql` command: demo, load, sql, shell, bench."""
+"""The `vidql` command: demo, load, sql, shell, export, bench."""
 from __future__ import annotations
 
 import argparse
@@ -40,15 +40,27 @@ def cmd_sql(args) -> int:
     return 0
 
 
+def cmd_export(args) -> int:
+    with vidql.connect(args.db, read_only=args.read_only) as db:
+        result = db.sql(args.query)
+        if result is None:
+            raise VidqlError("the statement returned no rows to export")
+        index = result.export(args.out, boxes=args.boxes, clip_seconds=args.clip_seconds,
+                              image_format=args.image_format)
+    print(f"wrote {index} ({len(result)} row{'s' if len(result) != 1 else ''})")
+    if result.report is not None:
+        print(result.report.summary())
+    return 0
+
+
 def cmd_load(args) -> int:
     with vidql.connect(args.db) as db:
         row = db.load_video(args.path, args.name, rendition=args.rendition,
                             skip_bad=args.skip_bad, into=args.into,
                             oracle_rendition=args.oracle_rendition)
-        clips = len(db.catalog.clip_table(row["name"]))
-        print(f"loaded {row['name']}: {f'{clips} clips, ' if clips > 1 else ''}"
-              f"{row['frame_count']} frames, {row['width']}x{row['height']} {row['codec']} at "
-              f"{row['fps']:.3g} fps")
+        shown = db.videos().set_index("name").loc[row["name"]]
+        print(f"loaded {row['name']}: {f'{shown.clips} clips, ' if shown.clips > 1 else ''}"
+              f"{shown.frame_count} frames, {shown['size']} {shown.codec} at {shown.fps} fps")
         for path, reason in row["skipped"]:
             print(f"skipped '{path}': {reason}")
     return 0
@@ -126,7 +138,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     sh = with_db(sub.add_parser("shell", help="interactive shell with history"), "vidql.db")
     sh.set_defaults(fn=cmd_shell)
-    for reader in (s, sh):
+
+    ex = with_db(sub.add_parser("export", help="run a query and write the frames its rows name "
+                                               "as images (and clips) with an index.html page"),
+                 "vidql.db")
+    ex.add_argument("query", help="a query (of a script, the last statement's result)")
+    ex.add_argument("--out", required=True, metavar="DIR", help="the folder to write into")
+    ex.add_argument("--boxes", action="store_true",
+                    help="draw the oracle's boxes and labels (from the label cache)")
+    ex.add_argument("--clip-seconds", type=float, metavar="S",
+                    help="also write an H.264 MP4 of the S seconds around each frame")
+    ex.add_argument("--image-format", choices=("jpeg", "png"), default="jpeg")
+    ex.set_defaults(fn=cmd_export)
+    for reader in (s, sh, ex):
         reader.add_argument("--read-only", action="store_true",
                             help="open the database for reading only, so other processes can "
                                  "read it at the same time (no new labels or catalog changes)")

@@ -111,6 +111,18 @@ DECODE_TIMING = "decode.json"  # a clip's measured decode time per frame (prepro
 ORACLE_RENDITION = "oracle_rendition"  # a clip's rendition at the oracle's input size
 
 
+def _agreed(values: pd.Series) -> str:
+    """The clips' one value, or `mixed: ` and each value in load order."""
+    distinct = list(dict.fromkeys(values))
+    return distinct[0] if len(distinct) == 1 else "mixed: " + ", ".join(distinct)
+
+
+def _rates(values: pd.Series) -> str:
+    """The clips' one frame rate, or the range of their rates."""
+    low, high = float(values.min()), float(values.max())
+    return f"{low:.4g}" if low == high else f"{low:.4g}-{high:.4g}"
+
+
 def _setting(row: dict, column: str) -> int | None:
     """A video row's optional integer setting (None when unset, or a catalog predates it)."""
     value = row.get(column)
@@ -391,7 +403,7 @@ class Catalog:
                          info.fps, info.frame_count, info.duration, fingerprint,
                          start, offset])
             frames.append(pd.DataFrame({"clip": clip, "frame": np.arange(info.frame_count),
-                                        "ts": self._timestamps(info), "start_ts": start}))
+                                        "ts": info.timestamps(), "start_ts": start}))
             offset += info.frame_count
         q = quote_name(name)
         statements = [("INSERT INTO vidql.clips VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", r)
@@ -445,13 +457,6 @@ class Catalog:
         for key in [k for k in self._caches if k[0] == name]:
             del self._caches[key]
         self._forget_lookups()
-
-    @staticmethod
-    def _timestamps(info) -> np.ndarray:
-        n = info.frame_count
-        if len(info.pts) == n and info.pts_unique:  # unique: no frame without a timestamp
-            return (info.pts - info.pts[0]) * float(info.time_base)
-        return np.arange(n) / (info.fps or 1.0)
 
     @staticmethod
     def oracle_variable(video: str) -> str:
@@ -645,7 +650,7 @@ class Catalog:
     def _clip_frames(self, clips: pd.DataFrame, infos: list) -> pd.DataFrame:
         """The table rows (clip, frame, ts, start_ts) of clips, in load order."""
         return pd.concat([pd.DataFrame({"clip": c, "frame": np.arange(info.frame_count),
-                                        "ts": self._timestamps(info), "start_ts": s})
+                                        "ts": info.timestamps(), "start_ts": s})
                           for c, s, info in zip(clips["clip"], clips["start_ts"], infos,
                                                 strict=True)], ignore_index=True)
 
@@ -666,12 +671,21 @@ class Catalog:
         self._forget(name)
 
     def videos(self) -> pd.DataFrame:
-        """SHOW VIDEOS: one row per video (collection) with its clip and frame counts."""
-        return self.con.execute(
-            "SELECT name, (SELECT count(*) FROM vidql.clips c WHERE c.video = v.name) AS clips, "
-            "path, codec, width, height, fps, frame_count, duration, oracle, "
-            "rendition_short_side AS rendition, oracle_rendition FROM vidql.videos v "
-            "ORDER BY name").df()
+        """SHOW VIDEOS: one row per video (collection) with its clip and frame counts, its
+        duration, and what its clips are: `codec` and `size` (`320x240`) one value when the
+        clips agree, else `mixed: ` and the values; `fps` one rate or a range (`25-30`)."""
+        videos = self.con.execute(
+            "SELECT name, path, frame_count, duration, oracle, rendition_short_side AS "
+            "rendition, oracle_rendition FROM vidql.videos ORDER BY name").df()
+        clips = self.con.execute("SELECT video, codec, width || 'x' || height AS size, fps "
+                                 "FROM vidql.clips ORDER BY video, ordinal").df()
+        kinds = clips.groupby("video", sort=False).agg(
+            clips=("codec", "size"), codec=("codec", _agreed), size=("size", _agreed),
+            fps=("fps", _rates))
+        shown = videos.join(kinds, on="name")
+        return shown[["name", "clips", "path", "codec", "size", "fps", "frame_count", "duration",
+                      "oracle", "rendition", "oracle_rendition"]].astype(
+            {"clips": "int64", "codec": "str", "size": "str", "fps": "str"})
 
     def clips(self, name: str) -> pd.DataFrame:
         """SHOW CLIPS name: the clips of a video in load order."""
