@@ -1,5 +1,6 @@
 """The select scenario's yardstick: the best cut of a proxy ranking."""
 import numpy as np
+import pytest
 
 from vidql.bench.scenarios_queries import best_cut
 
@@ -11,3 +12,17 @@ def test_best_cut_is_the_fewest_top_frames_holding_the_recall():
     assert best_cut(proxy, positive, 1 / 3) == 1
     assert best_cut(proxy, positive, 1.0) == 4
     assert best_cut(-proxy, positive, 1.0) == 5  # the worst ranking needs every frame
+
+
+def test_bargain_baseline_returns_its_set_within_the_budget():
+    pytest.importorskip("BARGAIN", reason="the BARGAIN baseline needs `pip install bargain` "
+                                          "(the bench extra)")
+    from vidql.bench.bargain_baseline import bargain_recall
+
+    rng = np.random.default_rng(0)
+    positive = rng.random(3000) < 0.1
+    proxy = np.clip(positive * 0.5 + rng.normal(0.3, 0.2, 3000), 0, 1)
+    res = bargain_recall(proxy, positive.__getitem__, target=0.9, budget=400, seed=1)
+    assert 0 < res.oracle_calls <= 400
+    assert positive[res.frames].sum() >= 0.9 * positive.sum()
+    assert res.verified.any() and positive[res.frames[res.verified]].all()
