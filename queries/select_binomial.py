@@ -24,7 +24,7 @@ import numpy as np
 from .limit import proxy_order
 from .oracle_calls import DistinctOracle, as_flags
 from .results import SelectionResult
-from .supg import MIN_BUDGET, sampling_distribution
+from .supg import MIN_BUDGET
 from .validation import check_confidence, check_fraction, check_int, check_scores, make_rng
 
 ADAPTIVE_LOOKS = 4      # looks of the adaptive budget: cap/8, cap/4, cap/2, cap (delta / 4 each)
@@ -32,6 +32,25 @@ ADAPTIVE_SLACK = 2.0    # stop once the set is within this factor of the estimat
 TOO_SMALL_NOTE = ("budget too small to certify a smaller set at this confidence: returned "
                   "every frame except sampled negatives")
 FEW_DRAWS = "{k} positive draws, at least {need} needed"
+ROUNDING = 1e-9  # a probability proxy may leave [0, 1] by this much through float rounding
+
+
+def sampling_distribution(proxy: np.ndarray, uniform_mix: float = 0.1) -> np.ndarray:
+    """q proportional to sqrt(score) mixed with `uniform_mix` uniform, on a copy of the
+    scores: a probability that rounding took just outside [0, 1] is clipped into it; other
+    proxies outside [0, 1] are rank-normalised first."""
+    scores = np.array(proxy, dtype=np.float64)
+    if -ROUNDING <= scores.min() and scores.max() <= 1.0 + ROUNDING:
+        scores = np.clip(scores, 0.0, 1.0)
+    else:
+        from scipy import stats  # 0.4-0.5 s to import: only the queries that need it load it
+
+        scores = stats.rankdata(scores) / scores.size
+    root = np.sqrt(scores)
+    n = scores.size
+    total = root.sum()
+    shaped = root / total if total > 0 else np.full(n, 1.0 / n)
+    return (1.0 - uniform_mix) * shaped + uniform_mix / n
 
 
 def min_positive_draws(target: float, confidence: float) -> int:

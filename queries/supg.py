@@ -1,19 +1,33 @@
-"""Selection with a precision guarantee (SUPG-style), with bounds that hold in finite
-samples; recall targets are in queries/select_binomial.py.
+"""Selection with a precision guarantee (SUPG's target, labelled top first), with bounds
+that hold in finite samples; recall targets are in queries/select_binomial.py.
 
-The operator returns the frames above a proxy cutoff plus every sampled positive, minus
-every sampled negative.
+Frames are ranked by proxy. A labelled positive is certainly right, so the budget B goes
+first to the top of the ranking, where labels find the most positives:
 
-- Precision: stage 1 draws as above to estimate how many positives exist, which caps the
-  candidate prefix at top-M; stage 2 labels frames of that prefix uniformly without
-  replacement. For each of `cutoffs` candidate cutoffs, an exact hypergeometric lower
-  bound (at delta / cutoffs, Bonferroni) on the positives among the prefix's unsampled
-  frames bounds the precision of the set that would be returned; the largest cutoff whose
-  bound reaches the target is kept.
+- Stage 0 labels the top B/2 frames in proxy order. A probe labels a uniform quarter of
+  the next B/2 ranks (frames that labelling the top B would label anyway).
+- Plan: from the probe's precision (a cautious posterior quantile), the operator predicts
+  how many frames below the labelled top (at most 4 per remaining label) a uniform sample
+  of the remaining labels would certify. Unless that extension is predicted to cover 1.2
+  times the frames left in the top B (plus the margin below), the rest labels the next
+  frames in proxy order, so the labelled frames are exactly the top B. Otherwise stage 2
+  labels a uniform sample without replacement of the unlabelled frames of that region.
+- Answer: every labelled positive plus the unlabelled frames of the largest top m whose
+  precision is certified. Labelled positives count exactly; the unlabelled positives of
+  the top c, for `cutoffs` cutoffs c in the region, have an exact hypergeometric lower
+  bound from stage 2's sample (at delta / cutoffs each, Bonferroni), which also bounds
+  any top m >= c. Even with no sample, the top m may pass the labelled top by up to
+  (1/target - 1) times the labelled positives in unlabelled frames: the verified
+  positives carry them.
+
+The region and the stage-2 size are fixed before stage 2 draws, which only stage 2's
+bound uses, so precision >= target with probability >= confidence; with no region the
+bound is deterministic and the answer holds every positive of the top B by proxy.
 """
 from __future__ import annotations
 
 import math
+from statistics import NormalDist
 from typing import Callable
 
 import numpy as np
@@ -24,131 +38,155 @@ from .bounds import hypergeom_lower_count
 from .limit import proxy_order
 from .oracle_calls import DistinctOracle, as_flags
 from .results import SelectionResult
-from .validation import (check_confidence, check_fraction, check_int, check_scores,
-                         make_rng)
+from .validation import check_confidence, check_int, check_scores, make_rng
 
 MIN_BUDGET = MIN_SUPG_BUDGET
+TOP_SHARE = 0.5        # of the budget labelled in proxy order before anything is decided
+PROBE_SHARE = 0.25     # of the rest of the top B: the uniform probe below the labelled top
+PROBE_QUANTILE = 0.2   # the probe's precision is planned at this posterior quantile
+WORTH = 1.2            # an extension must be predicted to cover this many times what it replaces
+SPARSEST = 4           # stage 2 labels at least 1 in SPARSEST frames of its region
 
 
-ROUNDING = 1e-9  # a probability proxy may leave [0, 1] by this much through float rounding
+class _Ranked:
+    """Labels by proxy rank: which ranks the oracle labelled, which were positive, and which
+    are stage 2's sample."""
+
+    def __init__(self, order: np.ndarray, oracle: DistinctOracle):
+        self.order, self.oracle = order, oracle
+        n = order.size
+        self.known = np.zeros(n, dtype=bool)
+        self.positive = np.zeros(n, dtype=bool)
+        self.sampled = np.zeros(n, dtype=bool)
+
+    def label(self, ranks: np.ndarray) -> int:
+        """Labels the frames at `ranks`; the number of positives among them."""
+        ranks = np.asarray(ranks, dtype=np.int64)
+        if ranks.size:
+            self.positive[ranks] = as_flags(self.oracle(self.order[ranks]), ranks.size)
+            self.known[ranks] = True
+        return int(self.positive[ranks].sum())
+
+    def label_next(self, count: int) -> None:
+        """Labels the `count` highest-ranked unlabelled frames."""
+        self.label(np.flatnonzero(~self.known)[:count])
 
 
-def sampling_distribution(proxy: np.ndarray, uniform_mix: float = 0.1) -> np.ndarray:
-    """q proportional to sqrt(score) mixed with `uniform_mix` uniform, on a copy of the
-    scores: a probability that rounding took just outside [0, 1] is clipped into it; other
-    proxies outside [0, 1] are rank-normalised first."""
-    scores = np.array(proxy, dtype=np.float64)
-    if -ROUNDING <= scores.min() and scores.max() <= 1.0 + ROUNDING:
-        scores = np.clip(scores, 0.0, 1.0)
-    else:
-        from scipy import stats  # 0.4-0.5 s to import: only the queries that need it load it
-
-        scores = stats.rankdata(scores) / scores.size
-    root = np.sqrt(scores)
-    n = scores.size
-    total = root.sum()
-    shaped = root / total if total > 0 else np.full(n, 1.0 / n)
-    return (1.0 - uniform_mix) * shaped + uniform_mix / n
-
-
-def _draw_distinct(q: np.ndarray, distinct: int,
-                   rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """Draws (with replacement) from q until `distinct` different frames appeared.
-    Returns (all draws in order, distinct frames in order of first appearance). The
-    stopping time depends on frame indices only, not on labels."""
-    seen = np.zeros(q.size, dtype=bool)
-    distinct = min(distinct, q.size)
-    draws, new = [], []
-    found = 0
-    cdf = np.cumsum(q)
-    cdf /= cdf[-1]
-    while found < distinct:
-        chunk = np.minimum(np.searchsorted(cdf, rng.random(max(4 * (distinct - found), 64)),
-                                           side="right"), q.size - 1)
-        first = np.zeros(chunk.size, dtype=bool)
-        _, idx = np.unique(chunk, return_index=True)
-        first[idx] = True
-        fresh = first & ~seen[chunk]
-        positions = np.flatnonzero(fresh)
-        if positions.size > distinct - found:
-            cut = positions[distinct - found - 1] + 1
-            chunk, fresh = chunk[:cut], fresh[:cut]
-        seen[chunk[fresh]] = True
-        found += int(fresh.sum())
-        draws.append(chunk)
-        new.append(chunk[fresh])
-    if not draws:
-        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    return np.concatenate(draws), np.concatenate(new)
-
-
-def _validate(proxy, target, confidence, budget, uniform_mix, seed):
+def _validate(proxy, target, confidence, budget, seed):
     proxy = check_scores("proxy", proxy)
     target = PRECISION_TARGET.check("target", target)
     confidence = check_confidence(confidence)
     budget = check_int("budget", budget, MIN_BUDGET)
-    uniform_mix = check_fraction("uniform_mix", uniform_mix)
-    return proxy, target, confidence, budget, uniform_mix, make_rng(seed)
+    return proxy, target, confidence, budget, make_rng(seed)
 
 
-def _answer(n, top: np.ndarray, labelled: np.ndarray, labels: np.ndarray, calls: int,
-            details: dict) -> SelectionResult:
-    """top (frames) minus labelled negatives, plus labelled positives."""
-    keep = np.zeros(n, dtype=bool)
-    keep[top] = True
-    keep[labelled[~labels]] = False
-    keep[labelled[labels]] = True
-    frames = np.flatnonzero(keep).astype(np.int64)
-    verified = np.zeros(n, dtype=bool)
-    verified[labelled] = True
-    return SelectionResult(frames, calls, verified[frames], details)
+def _answer(ranked: _Ranked, m: int, details: dict) -> SelectionResult:
+    """The unlabelled frames of the top m, plus every labelled positive."""
+    keep = ranked.positive.copy()
+    keep[:m] |= ~ranked.known[:m]
+    frames = ranked.order[keep]
+    sort = np.argsort(frames)
+    return SelectionResult(frames[sort].astype(np.int64), ranked.oracle.calls,
+                           ranked.known[keep][sort], details)
 
 
 def _exact(n, oracle, details):
-    frames = np.arange(n, dtype=np.int64)
-    labels = as_flags(oracle(frames), n)
+    labels = as_flags(oracle(np.arange(n, dtype=np.int64)), n)
     details.update(exact=True, guarantee_met=True,
                    note="budget covers every frame: the answer is exact")
-    return _answer(n, np.zeros(0, dtype=np.int64), frames, labels, oracle.calls, details)
+    frames = np.flatnonzero(labels).astype(np.int64)
+    return SelectionResult(frames, oracle.calls, np.ones(frames.size, dtype=bool), details)
 
 
-def _positives_high(positive: np.ndarray, draws: np.ndarray, q: np.ndarray) -> float:
-    """A high estimate (mean + 2 standard errors) of the number of positives from the
-    importance-weighted stage-1 draws."""
-    contrib = positive[draws] / (positive.size * q[draws])
-    return positive.size * (contrib.mean() + 2.0 * contrib.std() / math.sqrt(contrib.size))
+def predicted_reach(kept: int, precision: float, samples: int, room: int, target: float,
+                    z: float) -> int:
+    """Planning estimate: the longest run of unlabelled frames (at most `room`) below a
+    labelled top holding `kept` positives that `samples` uniform labels of the run would
+    certify, were its precision `precision` (normal approximation of the hypergeometric
+    bound at z standard errors; 0 when none)."""
+    if room <= 0 or samples <= 0:
+        return 0
+    length = np.unique(np.geomspace(1, room, 200).astype(np.int64)).astype(np.float64)
+    drawn = np.minimum(samples, length)
+    unsampled = length - drawn
+    spread = precision * (1.0 - precision) / drawn * (unsampled / length)
+    low = unsampled * np.maximum(precision - z * np.sqrt(spread), 0.0)
+    hits = precision * drawn
+    ok = kept + hits + low >= target * (kept + hits + unsampled)
+    return int(length[ok].max()) if ok.any() else 0
 
 
-def _certified_cutoff(grid: np.ndarray, counts, target: float,
-                      delta: float) -> tuple[int, float]:
-    """(the largest rank m in `grid` whose top-m frames have precision >= target at level
-    1 - delta, its precision bound); (0, nan) when none. `counts` are cumulative over
-    the ranks: stage-1 positives, stage-2 sampled, stage-2 positives, eligible frames."""
-    first_pos_cum, sampled_cum, sampled_pos_cum, eligible_cum = counts
-    for m in grid[::-1]:
-        i = m - 1
-        sampled, hits, pool = int(sampled_cum[i]), int(sampled_pos_cum[i]), int(eligible_cum[i])
-        low = hypergeom_lower_count(hits, sampled, pool, delta)
-        # returned frames of the top-m: stage-1 positives, sampled positives, unsampled
-        size = first_pos_cum[i] + hits + (pool - sampled)
-        precision_low = (first_pos_cum[i] + low) / size if size > 0 else 1.0
-        if precision_low >= target:
-            return int(m), float(precision_low)
-    return 0, math.nan
+def _plan(ranked: _Ranked, top: int, rest: int, target: float, z: float,
+          rng: np.random.Generator) -> int:
+    """Labels the probe below the labelled top; the extension region's length for stage 2,
+    or 0 when labelling the rest of the top B is predicted to return as much."""
+    from scipy import stats  # 0.4-0.5 s to import: only the queries that need it load it
+
+    probe = max(1, int(rest * PROBE_SHARE))
+    hits = ranked.label(top + rng.permutation(rest)[:probe])
+    kept = int(ranked.positive.sum())
+    precision = float(stats.beta.ppf(PROBE_QUANTILE, hits + 1, probe - hits + 1))
+    samples = rest - probe
+    room = min(ranked.order.size - top, SPARSEST * samples)
+    reach = predicted_reach(kept, precision, samples, room, target, z)
+    margin = kept * (1.0 - target) / target
+    return reach if reach >= WORTH * (rest + margin) else 0
+
+
+def _sample_region(ranked: _Ranked, top: int, region: int, count: int,
+                   rng: np.random.Generator) -> None:
+    """Stage 2: `count` uniform labels without replacement among the region's unlabelled
+    frames."""
+    pool = top + np.flatnonzero(~ranked.known[top:top + region])
+    draw = rng.permutation(pool)[:count]
+    ranked.label(draw)
+    ranked.sampled[draw] = True
+
+
+def _region_bounds(ranked: _Ranked, top: int, region: int, delta: float,
+                   cutoffs: int) -> list[tuple[int, int]]:
+    """(c, lower bound on the unlabelled positives of the top c) at each cutoff c of the
+    region, from stage 2's sample (the pool: frames unlabelled before stage 2)."""
+    span = slice(top, top + region)
+    pool = np.cumsum(~ranked.known[span] | ranked.sampled[span])
+    drawn = np.cumsum(ranked.sampled[span])
+    hits = np.cumsum(ranked.sampled[span] & ranked.positive[span])
+    bounds = []
+    for c in np.unique(np.linspace(top, top + region, cutoffs + 1)[1:].astype(np.int64)):
+        i = c - top - 1
+        low = hypergeom_lower_count(int(hits[i]), int(drawn[i]), int(pool[i]), delta / cutoffs)
+        bounds.append((int(c), low - int(hits[i])))
+    return bounds
+
+
+def _certified_size(ranked: _Ranked, bounds: list[tuple[int, int]],
+                    target: float) -> tuple[int, float]:
+    """(the largest m whose answer has precision >= target given the bounds, its
+    precision bound). A bound at c holds for every top m >= c."""
+    kept = int(ranked.positive.sum())
+    unlabelled = np.cumsum(~ranked.known)
+    best, best_bound, low = 0, 1.0, 0
+    for c, low_c in bounds:
+        low = max(low, low_c)
+        room = math.floor((kept + low) / target - kept + 1e-9)
+        m = int(np.searchsorted(unlabelled, room, side="right"))
+        if m >= c and m > best:
+            size = kept + int(unlabelled[m - 1]) if m else kept
+            best, best_bound = m, (kept + low) / size if size else 1.0
+    return best, best_bound
 
 
 def supg_precision(proxy: np.ndarray, predicate: Callable[[np.ndarray], np.ndarray], *,
                    target: float = 0.95, confidence: float = 0.95, budget: int = 1000, seed=0,
-                   uniform_mix: float = 0.1, stage1_fraction: float = 0.5,
                    cutoffs: int = 50) -> SelectionResult:
     """Frames such that precision >= target with probability >= confidence.
 
-    Spends at most min(budget, n) oracle calls. When no cutoff can be certified, the answer
-    is only the sampled positives (all verified), and `details['note']` says so.
+    Spends at most min(budget, n) oracle calls; `details` says how many top frames were
+    labelled, the extension region sampled (0: none: the top `budget` frames by proxy were
+    labelled and all their positives return) and the certified cutoff rank.
     """
-    proxy, target, confidence, budget, uniform_mix, rng = _validate(
-        proxy, target, confidence, budget, uniform_mix, seed)
-    stage1_fraction = check_fraction("stage1_fraction", stage1_fraction, inclusive_high=False)
+    proxy, target, confidence, budget, rng = _validate(proxy, target, confidence, budget,
+                                                       seed)
     cutoffs = check_int("cutoffs", cutoffs, 1)
     n = proxy.size
     delta = 1.0 - confidence
@@ -156,45 +194,25 @@ def supg_precision(proxy: np.ndarray, predicate: Callable[[np.ndarray], np.ndarr
     details = {"target": target, "confidence": confidence, "kind": "precision", "exact": False}
     if budget >= n:
         return _exact(n, oracle, details)
-    order = proxy_order(proxy, rng)
-    q = sampling_distribution(proxy, uniform_mix)
-    # stage 1: estimate the number of positives to cap the candidate prefix (not part of
-    # the guarantee: a wrong cap only changes which cutoffs are tried)
-    draws, first = _draw_distinct(q, max(1, int(budget * stage1_fraction)), rng)
-    first_labels = as_flags(oracle(first), first.size)
-    positive = np.zeros(n, dtype=bool)
-    positive[first[first_labels]] = True
-    positives_high = _positives_high(positive, draws, q)
-    stage2_budget = budget - oracle.calls
-    prefix = int(min(n, max(math.ceil(positives_high / target), stage2_budget)))
-    labelled = np.zeros(n, dtype=bool)
-    labelled[first] = True
-    top = order[:prefix]
-    eligible = top[~labelled[top]]
-    second = rng.permutation(eligible)[:stage2_budget]
-    second_labels = as_flags(oracle(second), second.size) if second.size else np.zeros(0, bool)
-    in_second = np.zeros(n, dtype=bool)
-    in_second[second] = True
-    positive[second[second_labels]] = True
-    # per rank within the prefix: cumulative counts
-    by_rank = order[:prefix]
-    eligible_cum = np.cumsum(~labelled[by_rank])
-    sampled_cum = np.cumsum(in_second[by_rank])
-    sampled_pos_cum = np.cumsum(in_second[by_rank] & positive[by_rank])
-    first_pos_cum = np.cumsum(labelled[by_rank] & positive[by_rank])
-    # cutoffs from the smallest prefix whose sample could certify the target at all
-    need = math.ceil(math.log(delta / cutoffs) / math.log(target))
-    rate = second.size / max(eligible.size, 1)
-    smallest = int(np.searchsorted(eligible_cum * rate, need)) + 1
-    grid = np.unique(np.linspace(min(smallest, prefix), prefix, cutoffs).astype(np.int64))
-    chosen, bound = _certified_cutoff(grid, (first_pos_cum, sampled_cum, sampled_pos_cum,
-                                             eligible_cum), target, delta / cutoffs)
-    all_frames = np.concatenate([first, second])
-    all_labels = np.concatenate([first_labels, second_labels])
-    details.update(prefix=prefix, cutoff_rank=chosen, precision_bound=bound,
-                   proxy_threshold=float(proxy[order[chosen - 1]]) if chosen else math.inf,
-                   sampled_positives=int(all_labels.sum()), guarantee_met=True)
-    if chosen == 0:
-        details["note"] = ("budget too small to certify any cutoff at this confidence: "
-                           "returned only the sampled positives")
-    return _answer(n, order[:chosen], all_frames, all_labels, oracle.calls, details)
+    ranked = _Ranked(proxy_order(proxy, rng), oracle)
+    top = max(1, int(budget * TOP_SHARE))
+    ranked.label(np.arange(top))
+    rest = budget - top
+    z = NormalDist().inv_cdf(1.0 - delta / cutoffs)
+    region = _plan(ranked, top, rest, target, z, rng) if rest > 1 else 0
+    if region:
+        _sample_region(ranked, top, region, budget - oracle.calls, rng)
+    else:
+        ranked.label_next(budget - oracle.calls)
+    bounds = [(top, 0)] + (_region_bounds(ranked, top, region, delta, cutoffs) if region else [])
+    m, bound = _certified_size(ranked, bounds, target)
+    order = ranked.order
+    details.update(top_labelled=top if region else budget, extension=region, cutoff_rank=m,
+                   precision_bound=bound,
+                   proxy_threshold=float(proxy[order[m - 1]]) if m else math.inf,
+                   labelled_positives=int(ranked.positive.sum()), guarantee_met=True)
+    if not region:
+        details["note"] = (f"labelled the top {budget} frames by proxy (sampling below them "
+                           f"was not predicted to return more); the answer is their positives "
+                           f"and the next frames their margin certifies")
+    return _answer(ranked, m, details)

@@ -1,8 +1,8 @@
-"""The select scenario's yardstick: the best cut of a proxy ranking."""
+"""The select scenario's yardsticks: the best cut of a proxy ranking, top-B labelling."""
 import numpy as np
 import pytest
 
-from vidql.bench.scenarios_queries import best_cut
+from vidql.bench.scenarios_queries import best_cut, top_by_proxy
 
 
 def test_best_cut_is_the_fewest_top_frames_holding_the_recall():
@@ -26,3 +26,10 @@ def test_bargain_baseline_returns_its_set_within_the_budget():
     assert 0 < res.oracle_calls <= 400
     assert positive[res.frames].sum() >= 0.9 * positive.sum()
     assert res.verified.any() and positive[res.frames[res.verified]].all()
+
+
+def test_top_by_proxy_labels_the_budget_highest_frames_and_keeps_their_positives():
+    proxy = np.array([0.2, 0.9, 0.5, 0.8, 0.1])
+    positive = np.array([True, True, True, False, True])
+    res = top_by_proxy(proxy, positive.__getitem__, 3, seed=0)
+    assert res.frames.tolist() == [1, 2] and res.oracle_calls == 3 and res.verified.all()
