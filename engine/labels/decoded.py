@@ -103,31 +103,38 @@ def clip_pixels(clip: OracleInput, first: int, local: np.ndarray, batch_size: in
     """(global positions, prepared batch) of one clip's frames `local` (ascending, numbered
     within the clip, whose first frame is global position `first`): those `kept` holds
     from memory, the rest decoded in file order, with `kept`'s planned frames of the GOPs
-    decoded (as many as fit) decoded on the way and kept."""
-    if kept is not None:
-        found, frames = kept.take(first + local)
-        for start in range(0, len(found), batch_size):
-            yield found[start:start + batch_size], clip.finish(np.stack(frames[start:start + batch_size]))
-        local = local[~np.isin(first + local, found)]
+    decoded (as many as fit) decoded on the way and kept. Batches are full but the last."""
+    found, frames = kept.take(first + local) if kept is not None else (local[:0], [])
+    local = local[~np.isin(first + local, found)]
     extra = _extra_frames(clip, first, local, kept)
-    if not len(extra):
+    if not len(extra) and not len(found):  # as the oracle's `prepare`, ahead of it
         finish = lambda frames: clip.finish(clip.shrink(frames))  # noqa: E731
         with closing(frame_batches(clip.source, frames=local, batch_size=batch_size, workers=1,
                                    transform=finish)) as batches:
             for ids, pixels in batches:
                 yield np.asarray(ids, dtype=np.int64) + first, pixels
         return
-    ids, frames = np.zeros(0, dtype=np.int64), []
-    with closing(frame_batches(clip.source, frames=np.union1d(local, extra),
-                               batch_size=batch_size, workers=1, transform=clip.shrink)) as batches:
+    ids = found
+    for got, small in _shrunk(clip, np.union1d(local, extra), batch_size):
+        ahead = np.isin(got, extra)
+        kept.keep(first + got[ahead], small[ahead])
+        ids, frames = np.concatenate([ids, first + got[~ahead]]), frames + list(small[~ahead])
+        while len(ids) >= batch_size:
+            yield ids[:batch_size], clip.finish(np.stack(frames[:batch_size]))
+            ids, frames = ids[batch_size:], frames[batch_size:]
+    if len(ids):
+        yield ids, clip.finish(np.stack(frames))
+
+
+def _shrunk(clip: OracleInput, local: np.ndarray, batch_size: int
+            ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """(frames, shrunk pixels) of a clip's frames `local`, decoded in file order."""
+    if not len(local):
+        return
+    with closing(frame_batches(clip.source, frames=local, batch_size=batch_size, workers=1,
+                               transform=clip.shrink)) as batches:
         for got, small in batches:
-            got = np.asarray(got, dtype=np.int64)
-            ahead = np.isin(got, extra)
-            kept.keep(first + got[ahead], small[ahead])
-            ids, frames = np.concatenate([ids, got[~ahead]]), frames + list(small[~ahead])
-            while len(ids) >= batch_size or (len(ids) and got[-1] >= local[-1]):
-                yield first + ids[:batch_size], clip.finish(np.stack(frames[:batch_size]))
-                ids, frames = ids[batch_size:], frames[batch_size:]
+            yield np.asarray(got, dtype=np.int64), small
 
 
 def _extra_frames(clip: OracleInput, first: int, local: np.ndarray,
