@@ -4,7 +4,8 @@ values (StandIn); budgeted kinds by their budget less what is labelled already, 
 BUDGET aggregate with a forecast from the same stand-ins of the interval its budget buys
 and the labels one half as wide needs. Seconds are the oracle's plus decoding's: each
 labelling call decodes its frames' GOPs from their keyframes (engine/pricing.py), so a dry
-run's rounds are priced one by one."""
+run's rounds are priced one by one, except ERROR WITHIN's, whose later rounds find their
+frames kept from the GOPs decoded before (engine/labels/decoded.py: `decode_planned`)."""
 from __future__ import annotations
 
 import dataclasses
@@ -19,8 +20,8 @@ from vidql.engine.sql.framestat import FrameExpr, frame_statistic, is_predicate
 from vidql.engine.planner import (OPERATORS, Binding, budget_result, cap_ran_out, column_groups,
                                   count_star, error_bound, group_codes, grouped_error_bound,
                                   predicate_expr, query_confidence)
-from vidql.engine.pricing import (TIMING_FRAMES, Price, decode_seconds, oracle_ms, price,
-                                  uniform_draw)
+from vidql.engine.pricing import (TIMING_FRAMES, Price, decode_planned, decode_seconds,
+                                  oracle_ms, price, uniform_draw)
 from vidql.engine.result import Report, Result
 from vidql.queries import selection_forecast
 
@@ -56,13 +57,26 @@ def estimate_approximate(db, q: Query, b: Binding | None = None) -> tuple[Report
     if batches is None:  # a budgeted kind: its draws priced as one uniform sample
         batches = [uniform_draw(b.population, b.cache.labelled_frames, calls)]
     fresh = b.population[~np.isin(b.population, b.cache.labelled_frames)]
-    decoding = [decode_seconds(db.catalog, b.video, b.cache, frames) for frames in batches]
+    if q.kind == "aggregate":  # ERROR WITHIN plans its draws: GOPs decoded once
+        decoding = [decode_planned(db.catalog, b.video, b.cache, batches,
+                                   _planned_draws(batches, fresh, q.clauses.budget))]
+    else:  # each labelling call decodes its frames' GOPs again
+        decoding = [decode_seconds(db.catalog, b.video, b.cache, frames) for frames in batches]
     plan = Price(int(calls), None if ms is None else calls * ms / 1000,
                  sum(seconds for seconds, _ in decoding), sum(n for _, n in decoding))
     report.simulated_cost_ms = b.cache.oracle.simulated_cost_ms
     if how:
         report.details["seconds"] = how
     return report, plan, price(db.catalog, b.video, b.cache, fresh, ms)
+
+
+def _planned_draws(rounds: list[np.ndarray], fresh: np.ndarray, cap: int | None) -> np.ndarray:
+    """ERROR WITHIN's draw order as the engine is told it: the dry run's draws, then the
+    other frames not labelled yet in a random order (the rest of its permutation), up to
+    its cap."""
+    drawn = np.concatenate(rounds) if rounds else fresh[:0]
+    rest = np.random.default_rng(0).permutation(fresh[~np.isin(fresh, drawn)])
+    return np.concatenate([drawn, rest])[:cap]
 
 
 def _estimate_selection(proxy: np.ndarray, q: Query, report: Report) -> int:

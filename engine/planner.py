@@ -125,11 +125,15 @@ class Binding:
     def _ahead(self, fn):
         """`fn` with `ahead(positions, now)`: an operator names the positions it asks for now
         (the first `now`) and next, in order, so the oracle labels a whole batch of them at
-        once (vidql.queries)."""
+        once (vidql.queries), and the frames it will ask for later are kept as their GOPs
+        are decoded (`LabelCache.plan_draws`)."""
         batch = max(1, int(self.cache.oracle.batch_size))
-        fn.ahead = lambda positions, now: self.cache.label_ahead(
-            self.frames(positions[:now + 2 * batch]), now,
-            self.cache.stats.oracle_calls - self.before.oracle_calls)
+
+        def ahead(positions, now):
+            self.cache.plan_draws(self.frames(positions))
+            self.cache.label_ahead(self.frames(positions[:now + 2 * batch]), now,
+                                   self.cache.stats.oracle_calls - self.before.oracle_calls)
+        fn.ahead = ahead
         return fn
 
     def frame_rows(self, positions: np.ndarray, verified: np.ndarray) -> pd.DataFrame:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from vidql.engine.labels.cache import LabelCache
+from vidql.engine.labels import decoded as store
 
 TIMING_FRAMES = 2  # frames a first EXPLAIN labels to time an oracle that never ran
 
@@ -71,6 +72,36 @@ def decode_seconds(catalog, video: str, cache: LabelCache, frames: np.ndarray) -
         n = costs[ordinal].decoded_in_order(local)
         seconds += costs[ordinal].seconds(n)
         decoded += n
+    return seconds, decoded
+
+
+def decode_planned(catalog, video: str, cache: LabelCache, rounds: list[np.ndarray],
+                   plan: np.ndarray) -> tuple[float, int]:
+    """(seconds, frames decoded) of labelling calls `rounds` (global positions) of a query
+    that plans its draws (`plan`, in draw order, the rounds' frames first), as the engine
+    decodes them (engine/labels/decoded.py): each call decodes the GOPs of its frames not
+    kept yet, on to the planned frames in them that fit in the store, which it keeps."""
+    if not cache.oracle.needs_pixels or not rounds:
+        return 0.0, 0
+    costs = catalog.read_costs(video, cache.oracle.reads_scaled)
+    kept = np.zeros(cache.n_frames, dtype=bool)
+    seconds, decoded, done = 0.0, 0, 0
+    for frames in rounds:
+        frames = np.unique(frames)
+        done += len(frames)
+        later = plan[done:][~kept[plan[done:]]]
+        todo = frames[~kept[frames]]
+        kept[frames] = False
+        for ordinal, local, _ in cache.clip_map.pieces(todo):
+            first = int(cache.clip_map.first[ordinal])
+            clip = catalog.oracle_input(video, ordinal, cache.oracle)
+            mine = later[(later >= first) & (later < first + clip.frame_count)] - first
+            room = store.STORE_BYTES // (clip.kept_size[0] * clip.kept_size[1] * 3) - int(kept.sum())
+            extra = store.frames_to_keep(local, mine, costs[ordinal].keyframes, room)
+            kept[first + extra] = True
+            n = costs[ordinal].decoded_in_order(np.union1d(local, extra))
+            seconds += costs[ordinal].seconds(n)
+            decoded += n
     return seconds, decoded
 
 

@@ -1,6 +1,7 @@
 """The planner's choice between sampling and the exact scan. An approximate aggregate whose
 sampling EXPLAIN prices above the exact scan of the same frames (long GOPs decoded again in
-every round can cost more than one pass over the video) runs the scan instead; its answer is
+rounds, where the query cannot keep their frames for later rounds, can cost more than one
+pass over the video) runs the scan instead; its answer is
 then exact, and its report says why. `SET SAMPLING = 'always'` keeps sampling."""
 from __future__ import annotations
 

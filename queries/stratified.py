@@ -212,6 +212,9 @@ def _two_stage(proxy, true_values, budget, agg, confidence, strata, seed, value_
     sizes = np.array([m.size for m in members], dtype=np.float64)
     caps = sizes.astype(np.int64)
     n1 = _allocate(int(budget * pilot_fraction), np.ones((1, strata)), caps, 1.0)[0]
+    ahead = getattr(true_values, "ahead", None)
+    if ahead is not None:  # the frames stage 2 may draw: told first, nothing labelled now
+        ahead(np.concatenate([m[k:k + budget - n1.sum()] for m, k in zip(members, n1, strict=True)]), 0)
     pilot = _label_strata(labels, [m[:k] for m, k in zip(members, n1, strict=True)])
     g1 = len(labels.codes) if grouped else 1
     sums = [_sums(*_group_columns(*lab, g1)) for lab in pilot]

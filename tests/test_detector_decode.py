@@ -267,9 +267,9 @@ def test_engine_prepares_batches_on_the_decoding_side(fake_detector, counter_cli
 
     det = fake_detector(_yolox_car_output(), input_hw=(416, 416))
     threads, decoders = [], set()
-    prepare = OnnxDetector.prepare
+    prepare = OnnxDetector.prepare_shrunk  # the engine's letterbox, after `shrink`
 
-    def recording(self, frames):
+    def recording(self, frames, size):
         threads.append(threading.current_thread().name)
         for thread in threading.enumerate():
             if thread.name.startswith("vidql-decode"):
@@ -277,9 +277,9 @@ def test_engine_prepares_batches_on_the_decoding_side(fake_detector, counter_cli
                     decoders.add(os.getpriority(os.PRIO_PROCESS, thread.native_id))
                 except OSError:  # it ended meanwhile
                     pass
-        return prepare(self, frames)
+        return prepare(self, frames, size)
 
-    monkeypatch.setattr(OnnxDetector, "prepare", recording)
+    monkeypatch.setattr(OnnxDetector, "prepare_shrunk", recording)
     mine = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
     with vidql.connect(tmp_path / "p.db", progress=False) as db:
         db.sql(f"LOAD VIDEO '{counter_clip}' AS clip; "

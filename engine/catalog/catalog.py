@@ -19,7 +19,7 @@ import duckdb
 import numpy as np
 import pandas as pd
 
-from vidql.preprocess import frame_batches, probe
+from vidql.preprocess import probe
 from vidql.preprocess.concat import ConcatSource, LowResSource
 from vidql.preprocess.readcost import ReadCost, load_timing, measure_decode, save_timing
 from vidql.preprocess.rendition import Rendition, make_oracle_rendition, make_rendition
@@ -27,6 +27,7 @@ from vidql.base.errors import CatalogError, OracleError, ParameterError, VideoEr
 from vidql.engine.catalog.upgrade import upgrade_catalog
 from vidql.engine.labels.clips import ClipMap, clip_names, creation_timestamp, video_paths
 from vidql.engine.labels.cache import SCHEMA_SQL, LabelCache
+from vidql.engine.labels.decoded import OracleInput, clip_pixels
 from vidql.engine.labels.journal import LabelJournal
 from vidql.engine.sql.sqlnames import quote_name
 from vidql.engine.labels.oracle_api import Oracle
@@ -529,7 +530,7 @@ class Catalog:
     def read_costs(self, name: str, scaled: bool) -> list:
         """Each clip's `ReadCost` (GOP layout, decode seconds per frame) of what an oracle
         decodes: with `scaled` (an oracle that reads resized frames, `Oracle.reads_scaled`)
-        the clip's oracle rendition where it has one, else its file, as `oracle_source`
+        the clip's oracle rendition where it has one, else its file, as `oracle_input`
         picks; in load order. LOAD times a clip's decoding; a clip loaded before that is
         timed on first use."""
         name = self.video_row(name)["name"]
@@ -878,35 +879,38 @@ class Catalog:
         positions, batch) for ascending positions, each batch what the oracle's `prepare`
         makes of its uint8 N×H×W×3 pixels (on the pipeline's transform thread, ahead of the
         oracle): a clip's oracle rendition when it has one and the oracle reads resized
-        frames (`oracle_source`), else its original frames. One decoder works ahead (a
+        frames (`oracle_input`), else its original frames. One decoder works ahead (a
         second took cores the oracle needs), at the caller's priority: niced, it starved
         whenever other work kept the cores busy (two busy processes: a YOLOX scan of
         ua_detrac 8.5 s against 7.7 s, an ORACLE BUDGET 60 query 7.8 s against 2.6 s),
-        which costs more than the 10% that nice 10 saved a scan on an idle machine."""
-        def clip_batches(positions: np.ndarray, batch_size: int):
+        which costs more than the 10% that nice 10 saved a scan on an idle machine.
+        Inside a query, `kept` (engine/labels/decoded.py) serves frames decoded earlier and
+        keeps the query's planned frames of the GOPs decoded."""
+        def clip_batches(positions: np.ndarray, batch_size: int, kept):
             for o, local, _ in clip_map.pieces(positions):
                 self.check_clip(name, o, again=True)
-                source, transform = self.oracle_source(name, o, oracle)
-                with closing(frame_batches(source, frames=local, batch_size=batch_size,
-                                           workers=1, transform=transform)) as batches:
-                    for ids, pixels in batches:
-                        yield np.asarray(ids, dtype=np.int64) + clip_map.first[o], pixels
+                yield from clip_pixels(self.oracle_input(name, o, oracle), int(clip_map.first[o]),
+                                       local, batch_size, kept)
 
-        def batches(positions: np.ndarray, batch_size: int):
-            return closing(clip_batches(positions, batch_size))
+        def batches(positions: np.ndarray, batch_size: int, kept=None):
+            return closing(clip_batches(positions, batch_size, kept))
 
         return batches
 
-    def oracle_source(self, name: str, ordinal: int, oracle: Oracle) -> tuple:
-        """(what to decode, the oracle's transform) for a clip: its oracle rendition, with
-        boxes scaled back to the clip's pixels, when it has one and the oracle reads resized
-        frames; else the clip's file and the oracle's `prepare`."""
+    def oracle_input(self, name: str, ordinal: int, oracle: Oracle) -> OracleInput:
+        """What `oracle` reads of a clip: its oracle rendition, with boxes scaled back to
+        the clip's pixels, when it has one and the oracle reads resized frames; else the
+        clip's file, shrunk and finished by the oracle (its `prepare`)."""
         info = self.clip_info(name, ordinal)
         rendition = self.oracle_rendition(name, ordinal) if oracle.reads_scaled else None
-        if rendition is None:
-            return info, oracle.prepare
         size = (int(info.width), int(info.height))
-        return rendition, lambda frames: oracle.prepare_scaled(frames, size)
+        if rendition is None:
+            return OracleInput(info, oracle.shrink, lambda small: oracle.prepare_shrunk(small, size),
+                               oracle.shrunk_size(*size), int(info.frame_count))
+        return OracleInput(rendition, lambda frames: frames,
+                           lambda frames: oracle.prepare_scaled(frames, size),
+                           (int(rendition.info.width), int(rendition.info.height)),
+                           int(info.frame_count))
 
     def oracle_rendition(self, name: str, ordinal: int):
         """The clip's oracle rendition (LOAD VIDEO ... WITH (oracle_rendition = px)), or None

@@ -23,6 +23,7 @@ from tqdm import tqdm
 from vidql.base.detections import DETECTION_COLUMNS, DetectionArrays, empty_detections, with_dtypes
 from vidql.base.errors import OracleError, VidqlError
 from vidql.engine.labels.clips import ClipMap
+from vidql.engine.labels.decoded import DecodedFrames
 from vidql.engine.sql.framestat import FrameExpr, FrameStatistics, count_detections, count_sql
 from vidql.engine.labels.journal import LabelBatch, LabelJournal
 from vidql.engine.labels.oracle_api import Oracle, check_detections
@@ -77,9 +78,10 @@ def on_terminal() -> bool:
 class LabelCache:
     """Labels of one video by one oracle, read from and written to the catalog database.
 
-    `frame_batches(frames, batch_size)` is a context manager yielding (ids, batch) in frame
-    order for oracles that need pixels, each batch what the oracle's `prepare` made of the
-    uint8 N×H×W×3 frames. `journal` is the catalog's label journal, shared by its caches."""
+    `frame_batches(frames, batch_size, kept)` is a context manager yielding (ids, batch)
+    for oracles that need pixels, each batch what the oracle's `prepare` made of the uint8
+    N×H×W×3 frames; `kept` (a query's `DecodedFrames`, or None) gives frames decoded
+    earlier and keeps planned ones decoded on the way. `journal` is the catalog's label journal, shared by its caches."""
 
     def __init__(self, con, video: str, clip_map: ClipMap, oracle: Oracle, frame_batches, *,
                  journal: LabelJournal, progress: bool = True):
@@ -94,6 +96,7 @@ class LabelCache:
         self.stats = LabelStats()
         self._bar = None  # a query's progress bar while one is open
         self._seen = None  # inside `labelling`: frames the query has labelled or found cached
+        self._kept = None  # inside `labelling`: frames decoded ahead for the query's draws
         self.forecast = None  # a query's forecast oracle calls (EXPLAIN's), for its bar's total
         self.read_only = con.execute("SELECT readonly FROM duckdb_databases() "
                                      "WHERE database_name = current_database()").fetchall()[0][0]
@@ -145,6 +148,8 @@ class LabelCache:
         if known.all():  # often: an operator reads what it had labelled ahead
             return
         todo = self._distinct(frames[~known])
+        if self._kept is not None:
+            self._kept.unplan(todo)
         if self.read_only:
             raise VidqlError(f"{len(todo)} frames of video {self.video!r} need labels from oracle "
                              f"{self.oracle.name!r}, but the database is open read-only: open it "
@@ -190,7 +195,7 @@ class LabelCache:
                 for start in range(0, len(ids), batch):
                     yield ids[start:start + batch], None, 0.0, None
         else:
-            with self.frame_batches(todo, batch) as batches:
+            with self.frame_batches(todo, batch, self._kept) as batches:
                 t0 = time.perf_counter()
                 for ids, pixels in batches:  # decoding runs ahead while the oracle works
                     yield np.asarray(ids, dtype=np.int64), pixels, time.perf_counter() - t0, None
@@ -216,6 +221,13 @@ class LabelCache:
             ahead = min(-(-needed // batch) * batch, max(least, 2 * now))
             self.ensure(todo[:max(needed, ahead)])
 
+    def plan_draws(self, frames) -> None:
+        """Inside `labelling`: the query will ask for `frames` in this order (as far as it
+        goes), so frames of GOPs decoded before then are kept for it (engine/labels/decoded.py)."""
+        if self._kept is not None:
+            frames = self._check_range(frames)
+            self._kept.plan(frames[~self._labelled[frames]])
+
     def _progress(self, desc: str, total: int | None) -> tqdm:
         """A bar on stderr, drawn only on a terminal (and when the cache shows progress)."""
         return tqdm(total=total, desc=desc, unit="frame", leave=False,
@@ -233,6 +245,7 @@ class LabelCache:
             desc, total = f"{desc} (total: EXPLAIN's estimate)", self.forecast
         self._bar = self._progress(desc, total)
         self._seen = np.zeros(self.n_frames, dtype=bool)
+        self._kept = DecodedFrames(self.n_frames) if self.oracle.needs_pixels else None
         synced = self.journal.sync_seconds
         try:
             with self.journal.query():
@@ -240,7 +253,7 @@ class LabelCache:
         finally:
             self.stats.fsync_seconds += self.journal.sync_seconds - synced
             self._bar.close()
-            self._bar, self._seen = None, None
+            self._bar, self._seen, self._kept = None, None, None
 
     def _label_batch(self, ids: np.ndarray, pixels: np.ndarray | None, wait: float,
                      found: tuple | None = None) -> None:

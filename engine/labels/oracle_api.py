@@ -72,6 +72,21 @@ class Oracle(ABC):
         then gets what this returns. By default the frames as they are."""
         return frames
 
+    def shrink(self, frames: np.ndarray) -> np.ndarray:
+        """The pixels `prepare` reads of a batch (N×H×W×3 uint8), smaller when it resizes
+        them first (what a query keeps of frames decoded ahead: engine/labels/decoded.py);
+        `prepare_shrunk` finishes them. By default the frames as they are."""
+        return frames
+
+    def shrunk_size(self, width: int, height: int) -> tuple[int, int]:
+        """(width, height) of what `shrink` makes of frames of this size."""
+        return width, height
+
+    def prepare_shrunk(self, small: np.ndarray, frame_size: tuple[int, int]):
+        """What `prepare` makes of frames of `frame_size` (width, height), given what
+        `shrink` made of them: the same, to the bit."""
+        return self.prepare(small)
+
     def prepare_scaled(self, frames: np.ndarray, source_size: tuple[int, int]):
         """`prepare` for frames resized from frames of `source_size` (width, height), whose
         boxes `detect` then gives in the source's pixels (only when `reads_scaled`)."""

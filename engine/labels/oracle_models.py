@@ -127,12 +127,36 @@ class OnnxDetector(Oracle):
         boxes come back in the source's pixels."""
         return self._letterbox(frames, self._known_layout != "yolov8", source_size)
 
+    def shrink(self, frames: np.ndarray) -> np.ndarray:
+        """Each frame resized as the letterbox resizes it (uint8 N×h×w×3, h and w those of
+        `shrunk_size`): what a query keeps of a frame decoded ahead."""
+        import cv2
+
+        height, width = frames.shape[1:3]
+        size = self.shrunk_size(width, height)
+        return np.stack([cv2.resize(np.ascontiguousarray(frame), size,
+                                    interpolation=cv2.INTER_LINEAR) for frame in frames])
+
+    def shrunk_size(self, width: int, height: int) -> tuple[int, int]:
+        r = self._fit(height, width)
+        return int(width * r), int(height * r)
+
+    def prepare_shrunk(self, small: np.ndarray, frame_size: tuple[int, int]) -> "Letterboxed":
+        return self._letterbox(small, self._known_layout != "yolov8", frame_size=frame_size)
+
+    def _fit(self, height: int, width: int) -> float:
+        """The letterbox's scale for a frame of this size."""
+        th, tw = self.input_hw
+        return min(th / height, tw / width)
+
     def _letterbox(self, frames: np.ndarray, yolox: bool,
-                   source_size: tuple[int, int] | None = None) -> "Letterboxed":
+                   source_size: tuple[int, int] | None = None,
+                   frame_size: tuple[int, int] | None = None) -> "Letterboxed":
         """The network input, N×3×H×W float32 (YOLOX: BGR at the top-left of a letterbox
         padded with 114; YOLOv8: RGB centred, /255), and each frame's (scale, (left, top)).
-        Each frame is resized, then written into a reused array with its channels in the
-        model's order (the same pixels as reordering first, on far fewer of them)."""
+        Each frame is resized (unless `shrink` did: then `frame_size` is the (width, height)
+        it had), then written into a reused array with its channels in the model's order
+        (the same pixels as reordering first, on far fewer of them)."""
         import cv2
 
         th, tw = self.input_hw
@@ -146,17 +170,18 @@ class OnnxDetector(Oracle):
         blobs.fill(YOLO_INPUT_PAD)
         geometry = []
         for blob, frame in zip(blobs, frames, strict=True):  # frames are RGB
-            h, w = frame.shape[:2]
-            r = min(th / h, tw / w)
+            h, w = frame.shape[:2] if frame_size is None else frame_size[::-1]
+            r = self._fit(h, w)
             nh, nw = int(h * r), int(w * r)
-            resized = cv2.resize(np.ascontiguousarray(frame), (nw, nh),
-                                 interpolation=cv2.INTER_LINEAR).transpose(2, 0, 1)
+            resized = frame if frame.shape[:2] == (nh, nw) else cv2.resize(
+                np.ascontiguousarray(frame), (nw, nh), interpolation=cv2.INTER_LINEAR)
+            resized = resized.transpose(2, 0, 1)
             top, left = (0, 0) if yolox else ((th - nh) // 2, (tw - nw) // 2)
             blob[:, top:top + nh, left:left + nw] = resized[::-1] if yolox else resized
             geometry.append((r, (left, top)))
         if not yolox:
             blobs /= 255.0
-        return Letterboxed(frames, spare, blobs, geometry, yolox, source_size)
+        return Letterboxed(frames, spare, blobs, geometry, yolox, source_size, frame_size)
 
     def _decode(self, out: np.ndarray, layout: str) -> tuple[np.ndarray, np.ndarray]:
         """Centre boxes (A×4, input pixels) and class scores (A×C) of one image's anchors
@@ -260,12 +285,13 @@ class OnnxDetector(Oracle):
             layout = self._layout(outputs.shape)
             if (layout == "yolox") != batch.yolox:  # `auto` guessed YOLOX for the first batch
                 self._free_inputs.append(batch.spare)
-                batch = self._letterbox(batch.frames, layout == "yolox", batch.source_size)
+                batch = self._letterbox(batch.frames, layout == "yolox", batch.source_size,
+                                        batch.frame_size)
                 outputs = self._run(batch.blobs)
         finally:
             self._free_inputs.append(batch.spare)
         self._known_layout = layout
-        found = [self._detections(out, layout, frame.shape[:2], *where, batch.source_size)
+        found = [self._detections(out, layout, batch.frame_hw(frame), *where, batch.source_size)
                  for frame, where, out in zip(batch.frames, batch.geometry, outputs, strict=True)]
         cls, conf, boxes = (np.concatenate([f[i] for f in found]) for i in range(3))
         return DetectionArrays(np.repeat(np.asarray(frame_ids, dtype=np.int64),
@@ -298,7 +324,8 @@ class Letterboxed:
     """A batch made ready for an ONNX detector (`OnnxDetector.prepare`): the frames, the
     network input `blobs` (a view of `spare`, the array it borrows), each frame's (scale,
     (left, top)), whether it is laid out for YOLOX, and the (width, height) of the frames
-    they were resized from (`prepare_scaled`; None: boxes in the frames' own pixels)."""
+    they were resized from (`prepare_scaled`; None: boxes in the frames' own pixels), and
+    the (width, height) the frames had before `shrink` (None: not shrunk)."""
 
     frames: np.ndarray
     spare: np.ndarray
@@ -306,6 +333,11 @@ class Letterboxed:
     geometry: list[tuple]
     yolox: bool
     source_size: tuple[int, int] | None = None
+    frame_size: tuple[int, int] | None = None
+
+    def frame_hw(self, frame: np.ndarray) -> tuple[int, int]:
+        """(height, width) of one of the frames as decoded (before `shrink`)."""
+        return frame.shape[:2] if self.frame_size is None else self.frame_size[::-1]
 
 
 class TorchvisionDetector(Oracle):
