@@ -65,6 +65,12 @@ def estimate_approximate(db, q: Query, b: Binding | None = None) -> tuple[Report
     return report, plan, price(db.catalog, b.video, b.cache, fresh, ms)
 
 
+def estimated_calls(q: Query, b: Binding) -> int:
+    """EXPLAIN's estimate of the oracle calls of approximate query `q` (bound by `b`),
+    without pricing them: nothing is labelled, not even to time a new oracle."""
+    return int(_estimate_approximate(b, q, b.report(OPERATORS[q.kind]))[0])
+
+
 def _estimate_selection(proxy: np.ndarray, q: Query, report: Report) -> int:
     """RECALL/PRECISION TARGET: with the proxy taken as calibrated, the set the budget would
     certify (size, precision, recall) and the budgets for a set within 2x and 5x of the
