@@ -35,7 +35,8 @@ from vidql.database import artifacts_dir_for
 from vidql.datasets import ensure_traffic, read_labels, write_labels
 from vidql.engine.sql.framestat import evaluate
 
-from .registry import BenchContext, ScenarioResult, pyplot, scenario
+from .plots import figure, save
+from .registry import BenchContext, ScenarioResult, scenario
 from .scenarios_scale import (directory_bytes, in_child, index_step,
                               on_fresh_copies, peak_rss_mb, remove_database)
 
@@ -392,19 +393,15 @@ def table_rows(runs: dict) -> list[dict]:
 
 def plot(ctx: BenchContext, runs: dict) -> list[str]:
     """Seconds of each append against the number of clips already loaded."""
-    plt = pyplot()
     appended = {tag: run["append"] for tag, run in runs.items() if "append" in run}
-    if plt is None or not appended:
+    drawn = figure("LOAD VIDEO ... INTO: one clip's append time against the collection's size",
+                   1 if appended else 0, width=7, height=4)
+    if drawn is None:
         return []
-    fig, ax = plt.subplots(figsize=(7, 4))
+    plt, fig, (ax,) = drawn
     for tag, a in appended.items():
         ax.plot(np.arange(1, len(a["append_cpu_seconds"]) + 1), a["append_cpu_seconds"], ".",
                 markersize=3, label=f"{tag} clips")
-    ax.set(xlabel="clips already in the collection", ylabel="CPU seconds",
-           title="LOAD VIDEO ... INTO: one clip's append time")
+    ax.set(xlabel="clips already in the collection", ylabel="CPU seconds")
     ax.legend()
-    fig.tight_layout()
-    path = Path(ctx.out_dir) / "collection.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return [str(path)]
+    return save(plt, fig, ctx.out_dir, "collection")

@@ -29,7 +29,8 @@ import torch
 from scipy.stats import spearmanr
 from sklearn.metrics import roc_auc_score
 
-from vidql.bench.registry import BenchContext, ScenarioResult, pyplot, scenario
+from vidql.bench.plots import comparison_plot
+from vidql.bench.registry import BenchContext, ScenarioResult, scenario
 from vidql.engine.sql.framestat import evaluate
 from vidql.indexes import CompactCNN, TastiIndex, embed_source, propagate
 from vidql.indexes.embedders import efficientnet_embedder, network_embedder
@@ -414,29 +415,15 @@ def _notes(figures: dict, synthetic: dict) -> list[str]:
 
 def _plot(ctx: BenchContext, figures: dict) -> list[str]:
     """Per dataset, each method's quality on its first count (rho) and first predicate (AUC)."""
-    plt = pyplot()
-    if plt is None:
-        return []
     datasets = [name for name, f in figures.items() if isinstance(f, dict) and VIDQL in f]
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
-    width = 0.8 / len(METHODS)
-    for ax, metric in zip(axes, ("rho", "auc"), strict=True):
-        for i, method in enumerate(METHODS):
-            values = [_first(figures[d][method]["quality"], metric) for d in datasets]
-            ax.bar(np.arange(len(datasets)) + i * width, [v or 0.0 for v, _ in values], width,
-                   label=method)
-        ax.set_xticks(np.arange(len(datasets)) + 0.4 - width / 2,
-                      [f"{d}\n{_first(figures[d][VIDQL]['quality'], metric)[1]}" for d in datasets],
-                      fontsize=7, rotation=20)
-        ax.set_title("Spearman rho of a count" if metric == "rho" else "AUC of a predicate")
-        ax.set_ylim(0, 1)
-    axes[0].legend(fontsize=7)
-    fig.suptitle("proxy quality at equal oracle budget (frames the method did not label)")
-    path = Path(ctx.out_dir) / "index_quality.png"
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return [str(path)]
+    panels = {}
+    for metric, title in (("rho", "Spearman rho of a count"), ("auc", "AUC of a predicate")):
+        panels[title] = {method: {f"{d}\n{_first(figures[d][VIDQL]['quality'], metric)[1]}":
+                                  [_first(figures[d][method]["quality"], metric)[0] or np.nan]
+                                  for d in datasets} for method in METHODS}
+    return comparison_plot(ctx.out_dir, "index_quality", "Proxy quality at equal oracle "
+                           "budget, on the frames the method did not label (1 = perfect)",
+                           "rho / AUC", panels, reference=None)
 
 
 def _first(quality: dict, metric: str) -> tuple[float | None, str]:

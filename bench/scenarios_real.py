@@ -20,7 +20,8 @@ import vidql
 from vidql.preprocess.frames import FrameReader
 from vidql.preprocess.probe import probe_video
 
-from .registry import BenchContext, ScenarioResult, pyplot, scenario
+from .plots import comparison_plot
+from .registry import BenchContext, ScenarioResult, scenario
 
 HD_GOP = 120
 # (clip, the predicate it has in 3-30% of its frames)
@@ -156,30 +157,17 @@ def clip_rows(ctx: BenchContext, clip: Path, thing: str, model: Path,
 def plot(rows: list[dict], out: Path) -> list[str]:
     """Per clip: each kind's wall time beside EXPLAIN's forecast and the physical limit, as a
     share of the exact scan's wall time."""
-    plt = pyplot()
-    clips = list(dict.fromkeys(r["clip"] for r in rows))
-    if plt is None or not clips:
-        return []
-    fig, axes = plt.subplots(1, len(clips), figsize=(5.5 * len(clips), 4), squeeze=False)
-    for ax, clip in zip(axes[0], clips, strict=True):
+    panels = {}
+    for clip in dict.fromkeys(r["clip"] for r in rows):
         mine = [r for r in rows if r["clip"] == clip and r["kind"] != "exact scan"]
         scan = next(r["seconds"] for r in rows if r["clip"] == clip and r["kind"] == "exact scan")
-        x = np.arange(len(mine))
-        for offset, key, label in ((-0.27, "seconds", "measured"), (0, "explain_seconds", "EXPLAIN"),
-                                   (0.27, "physical_limit", "physical limit")):
-            ax.bar(x + offset, [r[key] / scan for r in mine], 0.27, label=label)
-        ax.axhline(1.0, color="k", linewidth=0.8)
-        ax.axhline(0.25, color="grey", linestyle="--", linewidth=0.8)
-        ax.set_xticks(x, [r["kind"] for r in mine], rotation=20, fontsize=8)
-        ax.set_ylabel("wall seconds, query ÷ exact scan")
-        ax.set_title(f"{clip} ({mine[0]['size']}, {mine[0]['frames']} frames)", fontsize=9)
-        ax.legend(fontsize=7)
-    fig.suptitle("Approximate queries with YOLOX-Nano against the exact scan (dashed: target 0.25)")
-    fig.tight_layout()
-    path = out / "real.png"
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return [str(path)]
+        panels[f"{clip} ({mine[0]['size']}, {mine[0]['frames']} frames)"] = {
+            label: {r["kind"]: [r[key] / scan] for r in mine}
+            for key, label in (("seconds", "measured"), ("explain_seconds", "EXPLAIN"),
+                               ("physical_limit", "physical limit"))}
+    return comparison_plot(out, "real", "Approximate queries with YOLOX-Nano: wall seconds ÷ "
+                           "the exact scan's", "wall seconds, query ÷ exact scan", panels,
+                           reference_label="= exact scan", targets={"target 0.25": 0.25})
 
 
 @scenario("real", "real clips and an HD long-GOP clip with the YOLOX-Nano detector: every "

@@ -41,7 +41,8 @@ from vidql.engine import planner
 from vidql.engine.sql.dialect import parse
 from vidql.engine.sql.framestat import evaluate
 
-from .registry import BenchContext, ScenarioResult, pyplot, scenario
+from .plots import figure, save
+from .registry import BenchContext, ScenarioResult, scenario
 from .scenarios_queries import most_separated
 
 SIZES_QUICK = (10_000, 100_000)
@@ -397,11 +398,11 @@ def table_rows(runs: dict) -> list[dict]:
 
 def plot(ctx: BenchContext, runs: dict) -> list[str]:
     """Seconds and peak memory against N (log-log); skipped when matplotlib is missing."""
-    plt = pyplot()
-    if plt is None:
+    drawn = figure("vidql at growing N: seconds, peak memory and disk", 2, width=5.5, height=4)
+    if drawn is None:
         return []
+    plt, fig, (left, right) = drawn
     ns = [r["frames"] for r in runs.values()]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
     for label, key in (("LOAD VIDEO", "load_video"), ("CREATE INDEX", "create_index")):
         left.plot(ns, [r[key]["seconds"] for r in runs.values()], "o-", label=label)
     for kind in QUERIES:
@@ -413,13 +414,9 @@ def plot(ctx: BenchContext, runs: dict) -> list[str]:
               "CREATE INDEX peak RSS": lambda r: r["create_index"]["peak_rss_mb"],
               "queries peak RSS": lambda r: r["peak_rss_mb"],
               "index on disk": lambda r: r["create_index"]["disk_mb"]}
-    for label, figure in memory.items():
-        right.plot(ns, [figure(r) for r in runs.values()], "o-", label=label)
+    for label, figure_of in memory.items():
+        right.plot(ns, [figure_of(r) for r in runs.values()], "o-", label=label)
     right.set(xscale="log", yscale="log", xlabel="frames", ylabel="MiB",
               title="memory and disk against N")
     right.legend(fontsize=7)
-    fig.tight_layout()
-    path = Path(ctx.out_dir) / "scale.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return [str(path)]
+    return save(plt, fig, ctx.out_dir, "scale")

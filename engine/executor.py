@@ -280,10 +280,10 @@ def run_query(db, q: Query) -> Result | None:
 
 @contextmanager
 def _forecast(db, q: Query):
-    """While `q` runs, its label cache's `forecast`: EXPLAIN's estimate of its oracle calls,
-    the total of its progress bar where no ORACLE BUDGET gives one. Computed only where the
-    bar is drawn, and only where estimating labels nothing (an oracle with a stated cost,
-    timed before, or nearly free); a query the estimate refuses raises its own error."""
+    """While `q` runs, its label cache's `forecast`: EXPLAIN's estimate of its oracle calls
+    (which labels nothing: the oracle is not timed for it), the total of its progress bar
+    where no ORACLE BUDGET gives one. Computed only where the bar is drawn; a query the
+    estimate refuses raises its own error."""
     cache, calls = _forecast_calls(db, q) if db.progress and on_terminal() \
         and q.clauses.budget is None else (None, None)
     if cache is None:
@@ -298,15 +298,12 @@ def _forecast(db, q: Query):
 
 def _forecast_calls(db, q: Query):
     """(the query's label cache, its forecast oracle calls), or (None, None)."""
-    from vidql.engine.explain import estimate_approximate
+    from vidql.engine.explain import estimated_calls
     from vidql.engine.planner import Binding
-    from vidql.engine.pricing import known_ms
 
     try:
         b = Binding(db, q)
-        if known_ms(db.catalog, b.cache.oracle) is None:
-            return None, None
-        return b.cache, estimate_approximate(db, q, b)[1].calls
+        return b.cache, estimated_calls(q, b)
     except VidqlError:
         return None, None
 

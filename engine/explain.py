@@ -79,6 +79,12 @@ def _planned_draws(rounds: list[np.ndarray], fresh: np.ndarray, cap: int | None)
     return np.concatenate([drawn, rest])[:cap]
 
 
+def estimated_calls(q: Query, b: Binding) -> int:
+    """EXPLAIN's estimate of the oracle calls of approximate query `q` (bound by `b`),
+    without pricing them: nothing is labelled, not even to time a new oracle."""
+    return int(_estimate_approximate(b, q, b.report(OPERATORS[q.kind]))[0])
+
+
 def _estimate_selection(proxy: np.ndarray, q: Query, report: Report) -> int:
     """RECALL/PRECISION TARGET: with the proxy taken as calibrated, the set the budget would
     certify (size, precision, recall) and the budgets for a set within 2x and 5x of the

@@ -249,12 +249,14 @@ def run_operator(b: Binding, q: Query, seed: int, report: Report) -> pd.DataFram
     return (_run_aggregate if aggregate else _run_selection)(b, q, seed, report)
 
 
-def _aggregate_frame(result, scale: float, confidence: float, groups=None,
+def _aggregate_frame(result, scale: float, confidence: float, population: int, groups=None,
                      column: str = "group", calls: int | None = None) -> pd.DataFrame:
+    """One aggregate row: the estimate and interval (times `scale`), the new oracle calls,
+    the labels the estimate used (new or cached) and the `population`'s size in frames."""
     rows = {"estimate": [result.estimate * scale], "ci_low": [result.ci_low * scale],
             "ci_high": [result.ci_high * scale], "confidence": [confidence],
             "oracle_calls": [int(result.oracle_calls if calls is None else calls)],
-            "frames": [len(result.frames)]}
+            "labels_used": [len(result.frames)], "population_frames": [int(population)]}
     df = pd.DataFrame(rows)
     if groups is not None:
         df.insert(0, column, [groups])
@@ -381,7 +383,8 @@ def _run_column_groups(b: Binding, q: Query, seed: int, report: Report) -> pd.Da
         _counted(report, "each group's frames")
         return pd.DataFrame({group_column(q): keys, "estimate": sizes.astype(float),
                              "ci_low": sizes.astype(float), "ci_high": sizes.astype(float),
-                             "confidence": 1.0, "oracle_calls": 0, "frames": 0})
+                             "confidence": 1.0, "oracle_calls": 0, "labels_used": 0,
+                             "population_frames": sizes})
     notes = []
     if q.kind == "aggregate":
         grouped = grouped_error_bound(b, q, seed, report, codes)
@@ -410,8 +413,9 @@ def _run_column_groups(b: Binding, q: Query, seed: int, report: Report) -> pd.Da
                                 "budgets": grouped.budgets}
     new = np.setdiff1d(b.cache.labelled_frames, b.labelled_before)
     calls = np.bincount(codes[np.isin(b.population, new)], minlength=len(keys))
-    frame = pd.concat([_aggregate_frame(r, float(s), conf, k, group_column(q), int(n))
-                       for k, r, s, n in zip(keys, grouped.results, scales, calls, strict=True)],
+    frame = pd.concat([_aggregate_frame(r, float(s), conf, size, k, group_column(q), int(n))
+                       for k, r, s, size, n in zip(keys, grouped.results, scales, sizes, calls,
+                                                   strict=True)],
                       ignore_index=True)
     _add_notes(report, notes + [f"group {k}: {r.details['note']}" for k, r in
                                 zip(keys, grouped.results, strict=True) if "note" in r.details])
@@ -441,7 +445,7 @@ def _run_aggregate(b: Binding, q: Query, seed: int, report: Report) -> pd.DataFr
         _counted(report, "the video table")
         return pd.DataFrame({"estimate": [float(b.n)], "ci_low": [float(b.n)],
                              "ci_high": [float(b.n)], "confidence": [1.0], "oracle_calls": [0],
-                             "frames": [0]})
+                             "labels_used": [0], "population_frames": [b.n]})
     if q.kind == "aggregate_budget":
         return _run_budget(b, q, seed, report, stat, pred, conf)
     c = q.clauses
@@ -456,7 +460,7 @@ def _run_aggregate(b: Binding, q: Query, seed: int, report: Report) -> pd.DataFr
     _add_notes(report, [text for text in [_shortfall(result, f"ORACLE BUDGET of {c.budget}",
                                                      bound)] if text])
     # an estimate or edge the sample cannot support is NULL, never NaN
-    return _aggregate_frame(result, scale, conf).astype(
+    return _aggregate_frame(result, scale, conf, b.n).astype(
         {"estimate": "Float64", "ci_low": "Float64", "ci_high": "Float64"})
 
 
@@ -545,7 +549,7 @@ def _run_budget(b: Binding, q: Query, seed: int, report: Report, stat, pred, con
         kind = expr_type(group)
         key = bool if kind == "BOOLEAN" else int if kind in INTEGER_TYPES else float
         ordered = sorted((key(g), r) for g, r in results.items())
-        frame = pd.concat([_aggregate_frame(r, 1.0, conf, g, group_column(q))
+        frame = pd.concat([_aggregate_frame(r, 1.0, conf, b.n, g, group_column(q))
                            for g, r in ordered], ignore_index=True)
         notes += [f"group {g}: {r.details['note']}" for g, r in ordered if "note" in r.details]
         notes.append("the groups are the key values found in the sampled frames: a value "
@@ -553,7 +557,7 @@ def _run_budget(b: Binding, q: Query, seed: int, report: Report, stat, pred, con
     else:
         result = budget_result(b, q, seed, report)
         report.operator = f"aggregate under budget ({result.method})"
-        frame = _aggregate_frame(result, 1.0, conf)
+        frame = _aggregate_frame(result, 1.0, conf, b.n)
         notes += [result.details["note"]] if "note" in result.details else []
     _add_notes(report, notes)
     # an estimate or edge the sample cannot support is NULL, never NaN

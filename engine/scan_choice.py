@@ -33,13 +33,15 @@ def scan_is_cheaper(db, q: Query) -> str | None:
 
 def as_aggregate(db, exact: Result, q: Query, why: str) -> Result:
     """The exact scan's one value in the columns of an approximate aggregate (estimate,
-    ci_low, ci_high, confidence, oracle_calls, frames labelled), with `why` in its report."""
+    ci_low, ci_high, confidence, oracle_calls, labels_used, population_frames), with `why` in
+    its report."""
     value = exact.fetchone()[0]
     value = None if value is None else float(value)
     report = exact.report
     row = {"estimate": [value], "ci_low": [value], "ci_high": [value], "confidence": [1.0],
            "oracle_calls": [report.oracle_calls],
-           "frames": [report.oracle_calls + report.cache_hits]}
+           "labels_used": [report.oracle_calls + report.cache_hits],
+           "population_frames": [Binding(db, q).n]}
     report.operator = f"exact scan instead of {q.kind.replace('_', ' ')}"
     report.guarantee = "exact"
     report.details["note"] = "; ".join(filter(None, [report.details.get("note"), why]))

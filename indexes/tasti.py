@@ -113,22 +113,30 @@ def _clean_labels(df: pd.DataFrame, frames: np.ndarray) -> pd.DataFrame:
     return with_dtypes(df).reset_index(drop=True)
 
 
-class _Labeller:
-    """Asks `label_fn` for frames not labelled yet, in chunks with a progress bar."""
+LABEL_STEPS = 50  # a labelling bar advances at least this often (chunks of the frames)
+MIN_LABEL_CHUNK = 32  # but asks `label_fn` for no fewer frames at a time
 
-    def __init__(self, label_fn: LabelFn, progress: bool, chunk: int = 256):
-        self.label_fn, self.progress, self.chunk = label_fn, progress, chunk
+
+class _Labeller:
+    """Asks `label_fn` for frames not labelled yet, in chunks, with a bar over the frames
+    that advances after each chunk."""
+
+    def __init__(self, label_fn: LabelFn, progress: bool):
+        self.label_fn, self.progress = label_fn, progress
         self.calls = 0
         self.done = np.empty(0, dtype=np.int64)
         self.parts: list[pd.DataFrame] = []
 
     def __call__(self, frames: np.ndarray, desc: str) -> None:
         todo = np.setdiff1d(np.asarray(frames, dtype=np.int64), self.done)
-        for start in tqdm(range(0, len(todo), self.chunk), desc=desc, unit="batch",
-                          disable=not self.progress or not len(todo)):
-            batch = todo[start:start + self.chunk]
-            self.parts.append(_clean_labels(self.label_fn(batch), batch))
-            self.calls += len(batch)
+        chunk = max(MIN_LABEL_CHUNK, -(-len(todo) // LABEL_STEPS))
+        with tqdm(total=len(todo), desc=desc, unit="frame",
+                  disable=not self.progress or not len(todo)) as bar:
+            for start in range(0, len(todo), chunk):
+                batch = todo[start:start + chunk]
+                self.parts.append(_clean_labels(self.label_fn(batch), batch))
+                self.calls += len(batch)
+                bar.update(len(batch))
         self.done = np.union1d(self.done, todo)
 
     def labels(self) -> pd.DataFrame:

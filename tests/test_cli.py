@@ -8,6 +8,7 @@ import json
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -71,6 +72,11 @@ def test_sql_prints_the_guarantee_and_oracle_calls(traffic_db, capsys):
 
 SLOW_SCENARIOS = {"index", "scale", "scale-out"}  # a minute or more even when tiny (index
 # builds; scale-out starts a Ray cluster)
+PLOTS = {"agg": ["agg"], "agg-budget": ["agg-budget", "agg-budget-coverage"],
+         "limit": ["limit"], "select": ["select", "select-set-size"], "rare": ["rare"],
+         "real": ["real"], "index": ["index_quality"], "scale": ["scale"],
+         "collection": ["collection"]}  # what each scenario draws (bench/plots.py) unless skipped
+PNG = b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.mark.parametrize("scenario", [
@@ -84,7 +90,12 @@ def test_bench_tiny_runs_every_scenario(scenario, tmp_path):
     entry = json.loads((out / "results.json").read_text())["scenarios"][scenario]
     assert "error" not in entry, entry.get("traceback")
     assert entry["table"] or "skipped" in entry["figures"]  # some need ../shared
-    assert f"## {scenario}" in (out / "report.md").read_text()
+    report = (out / "report.md").read_text()
+    assert f"## {scenario}" in report
+    plots = [Path(p) for p in entry["plots"]]
+    assert all(p.read_bytes()[:8] == PNG and f"]({p.name})" in report for p in plots)
+    if "skipped" not in entry["figures"]:
+        assert [p.stem for p in plots] == PLOTS.get(scenario, [])
 
 
 def test_bench_tiny_run_takes_the_quick_code_path():

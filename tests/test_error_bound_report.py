@@ -17,7 +17,7 @@ def test_a_cap_that_runs_out_says_the_bound_was_not_reached(db):
     row = db.sql("SELECT AVG(objects('car')) FROM v ERROR WITHIN 0.001 ORACLE BUDGET 40 "
                  "SEED 1").df().iloc[0]
     report = db.last_report
-    assert row["ci_high"] - row["ci_low"] > 0.002 and row["frames"] == 40
+    assert row["ci_high"] - row["ci_low"] > 0.002 and row["labels_used"] == 40
     assert row["oracle_calls"] == report.oracle_calls <= 40  # labelling ahead stops at the cap
     assert "not reached" in report.guarantee and "40 oracle calls" in report.guarantee
     assert "ORACLE BUDGET of 40" in report.details["note"]

@@ -227,6 +227,7 @@ def test_the_planner_scans_where_the_scan_is_priced_cheaper(long_gop, monkeypatc
     assert "priced below sampling" in scanned.report.summary()
     row = scanned.df().iloc[0]
     assert row["estimate"] == row["ci_low"] == row["ci_high"] == pytest.approx(truth)
+    assert row["labels_used"] == row["population_frames"] == 240  # every frame, as exact
     db.sql("SET SAMPLING = 'always'")
     assert db.sql(sql.replace("SEED 1", "SEED 2")).report.operator.startswith("aggregate")
     db.sql("SET SAMPLING = 'cheaper'")
@@ -256,7 +257,7 @@ def test_explain_advises_what_a_budget_buys(tmp_path, traffic):
             assert 0.5 < (got["ci_high"] - got["ci_low"]) / 2 / half < 2
             narrower = db.sql(f"{query.split(' ORACLE')[0]} ERROR WITHIN {error} SEED 2").df()
             assert (narrower["ci_high"] - narrower["ci_low"])[0] / 2 <= wanted * 1.01
-            assert 0.5 < narrower["frames"][0] / labels < 2
+            assert 0.5 < narrower["labels_used"][0] / labels < 2
         capped = db.sql("EXPLAIN SELECT AVG(objects('car')) FROM v ERROR WITHIN 0.5 "
                         "ORACLE BUDGET 20 SEED 1").df()["note"][0]
         assert re.search(r"forecast: ERROR WITHIN 0.5 needs about \d+ labels", capped), capped
@@ -272,4 +273,4 @@ def test_pricing_a_query_leaves_its_report_as_it_was(long_gop):
     db.sql(sql)
     again = db.sql(sql)
     assert again.report.operator.startswith("aggregate") and again.report.oracle_calls == 0
-    assert again.report.cache_hits == again.df()["frames"].iloc[0]
+    assert again.report.cache_hits == again.df()["labels_used"].iloc[0]

@@ -88,7 +88,7 @@ def test_aggregate_same_answer_as_operator_on_arrays(traffic_db, small_traffic):
                                              seed=seed, bound="betting")
     assert answer["estimate"][0] == expected.estimate
     assert (answer["ci_low"][0], answer["ci_high"][0]) == (expected.ci_low, expected.ci_high)
-    assert answer["frames"][0] == len(expected.frames)
+    assert answer["labels_used"][0] == len(expected.frames)
 
 
 def test_error_within_labels_whole_batches(small_traffic, tmp_path):
@@ -105,10 +105,10 @@ def test_error_within_labels_whole_batches(small_traffic, tmp_path):
         oracle.detect_in_clip = lambda frames, ids, *clip: sizes.append(len(ids)) or detect(
             frames, ids, *clip)
         answer = db.sql("SELECT AVG(objects('car')) FROM t ERROR WITHIN 0.3 SEED 2").df()
-        assert answer["frames"][0] > 32 and sum(sizes) == db.last_report.oracle_calls
+        assert answer["labels_used"][0] > 32 and sum(sizes) == db.last_report.oracle_calls
         assert sum(sizes) == len(set(db.labels("t").labelled_frames))
         assert all(MIN_AHEAD <= size <= 32 for size in sizes[:-1]), sizes
-        assert sum(sizes) <= answer["frames"][0] + 32  # labelled ahead: less than a batch
+        assert sum(sizes) <= answer["labels_used"][0] + 32  # labelled ahead: less than a batch
 
 
 def test_callback_values_come_from_memory(small_traffic, tmp_path):

@@ -99,13 +99,13 @@ def test_a_query_counts_a_cache_hit_once_and_only_for_earlier_labels(small_traff
         db.sql(f"LOAD VIDEO '{video}' AS t; CREATE ORACLE truth FROM LABELS '{labels}' "
                "WITH (batch_size = 16); SET ORACLE t = truth")
         first = db.sql(query)
-        used = int(first.df()["frames"][0])
+        used = int(first.df()["labels_used"][0])
         assert first.report.cache_hits == 0 and first.report.oracle_calls >= used > 0
         again = db.sql(query)
         assert again.report.oracle_calls == 0 and again.report.cache_hits == used
         more = db.sql("SELECT AVG(objects('car')) FROM t ERROR WITHIN 0.3 SEED 3")
         calls, hits = more.report.oracle_calls, more.report.cache_hits
-        assert 0 < hits <= used and calls + hits >= int(more.df()["frames"][0])
+        assert 0 < hits <= used and calls + hits >= int(more.df()["labels_used"][0])
 
 
 def test_a_frame_outside_the_video_is_refused_before_any_oracle_call(counter_clip,

@@ -1,6 +1,7 @@
 """Oracle work shows progress on stderr when it is a terminal, and nothing otherwise."""
 from __future__ import annotations
 
+import functools
 import io
 import re
 import sys
@@ -48,3 +49,43 @@ def test_an_approximate_querys_bar_has_a_total(traffic_db, monkeypatch):
                        "SELECT AVG(objects('car')) FROM t ERROR WITHIN 0.4 SEED 2")
     assert "calling the oracle (total: EXPLAIN's estimate)" in shown
     assert re.search(rf"\d+/{forecast} ", shown)
+
+
+def test_a_bar_has_a_total_when_the_oracle_was_never_timed(counter_clip, oracle_module,
+                                                             tmp_path, monkeypatch):
+    """EXPLAIN's estimate of the calls needs no timing of the oracle: a PYTHON oracle with no
+    stated cost, never timed, still gives the bar its total (it had none: `36frame [00:21]`),
+    and the forecast labels nothing the query does not."""
+    path = tmp_path / "clip.db"
+    with vidql.connect(path, progress=False) as db:
+        db.sql(f"LOAD VIDEO '{counter_clip}' AS clip; CREATE ORACLE bright FROM PYTHON "
+               "'vq_test_oracle:BrightnessOracle'; SET ORACLE clip = bright")
+    query = "SELECT AVG(objects('car')) FROM clip ERROR WITHIN 0.5 SEED 1"
+    monkeypatch.setattr(sys, "stderr", Terminal())
+    with vidql.connect(path) as db:
+        result = db.sql(query)
+        shown = sys.stderr.getvalue()
+        assert "calling the oracle (total: EXPLAIN's estimate)" in shown
+        assert re.search(r"\d+/\d+ ", shown)
+        assert result.report.oracle_calls == db.catalog.label_cache("clip").labelled_frames.size
+
+
+def test_index_builds_labelling_bar_counts_frames_as_they_are_labelled(traffic_db, monkeypatch):
+    """CREATE INDEX labels its representatives in chunks under one bar over their frames (it
+    sat at 0/1 batch while the oracle labelled every frame in one call), and the label
+    cache draws no second bar beneath it."""
+    import tqdm.auto
+
+    import vidql.indexes.tasti
+
+    # every update drawn (tqdm skips those within 0.1 s of the last; this oracle is fast)
+    monkeypatch.setattr(vidql.indexes.tasti, "tqdm", functools.partial(tqdm.auto.tqdm,
+                                                                       mininterval=0))
+    shown = _stderr_of(monkeypatch, Terminal(), traffic_db,
+                       "CREATE INDEX ti ON t USING TASTI WITH (embedder = 'pixel', train = 20, "
+                       "reps = 150)")
+    steps = re.findall(r"labelling FPF representatives: +\d+%.*?\| *(\d+)/(\d+) \[", shown)
+    done = sorted({int(n) for n, _ in steps})
+    total = int(steps[-1][1])
+    assert total > 64 and done[0] == 0 and done[-1] == total and len(done) >= 3, steps
+    assert "batch" not in shown and "labelling t with truth" not in shown

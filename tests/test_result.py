@@ -10,7 +10,8 @@ import vidql
 from vidql.engine.result import Result
 
 AVG = "SELECT AVG(objects('car')) FROM t ERROR WITHIN 0.5 CONFIDENCE 95% SEED 3"
-COLUMNS = ["estimate", "ci_low", "ci_high", "confidence", "oracle_calls", "frames"]
+COLUMNS = ["estimate", "ci_low", "ci_high", "confidence", "oracle_calls", "labels_used",
+           "population_frames"]
 
 
 def test_sql_and_builder_return_the_same_result_type(traffic_db):
@@ -24,7 +25,8 @@ def test_sql_and_builder_return_the_same_result_type(traffic_db):
             assert result.report.oracle_calls + result.report.cache_hits > 0
         first, second = r.df(), built.df()  # the second answers from the label cache
         assert first.drop(columns="oracle_calls").equals(second.drop(columns="oracle_calls"))
-        assert second["oracle_calls"][0] == 0 and built.report.cache_hits == second["frames"][0]
+        assert second["oracle_calls"][0] == 0 and built.report.cache_hits == second["labels_used"][0]
+        assert second["population_frames"][0] == 300  # the frames of t, not those labelled
         assert db.last_report is built.report
 
 

@@ -70,7 +70,9 @@ def test_aggregate_examples(night):
     db, truth, _, _ = night
     cars = true_values(truth, "objects('car')")
     avg = db.sql("SELECT AVG(objects('car')) FROM night ERROR WITHIN 0.1 CONFIDENCE 95% SEED 7;").df()
-    assert list(avg.columns) == ["estimate", "ci_low", "ci_high", "confidence", "oracle_calls", "frames"]
+    assert list(avg.columns) == ["estimate", "ci_low", "ci_high", "confidence", "oracle_calls",
+                                 "labels_used", "population_frames"]
+    assert avg["population_frames"][0] == len(cars) and 0 < avg["labels_used"][0] < len(cars)
     assert abs(avg["estimate"][0] - cars.mean()) <= 0.1
     assert avg["ci_low"][0] <= cars.mean() <= avg["ci_high"][0]
     total = db.sql("SELECT SUM(objects('car')) FROM night ERROR WITHIN 5% CONFIDENCE 95% SEED 7;").df()
@@ -173,7 +175,7 @@ def test_python_api_mirrors_sql(night):
     assert by_api.df()["estimate"][0] == by_sql["estimate"][0]
     assert by_api.report.guarantee.startswith("AVG within ±0.5 (absolute error)")
     assert by_api.relation.columns == ["estimate", "ci_low", "ci_high", "confidence",
-                                       "oracle_calls", "frames"]
+                                       "oracle_calls", "labels_used", "population_frames"]
     bus = set(np.flatnonzero(true_values(truth, "contains('bus')") > 0))
     sel = video.where(contains("bus")).using(seed=4).select(recall=0.9, confidence=0.95, budget=1000)
     assert len(set(sel.df()["frame"]) & bus) >= 0.9 * len(bus)

@@ -10,7 +10,8 @@ import pytest
 import vidql
 from vidql.base.errors import QueryError
 
-COLUMNS = ["estimate", "ci_low", "ci_high", "confidence", "oracle_calls", "frames"]
+COLUMNS = ["estimate", "ci_low", "ci_high", "confidence", "oracle_calls", "labels_used",
+           "population_frames"]
 
 
 @pytest.fixture()
@@ -72,7 +73,8 @@ def test_budget_per_group(db, small_traffic):
     df = db.sql(base + " ORACLE BUDGET 120 SEED 4").df()
     report = db.last_report
     check_rows(df, "part", exact(small_traffic, base, "part"))
-    assert report.oracle_calls <= 120 and df["frames"].sum() == 120
+    assert report.oracle_calls <= 120 and df["labels_used"].sum() == 120
+    assert df["population_frames"].tolist() == [100, 100, 100]  # each group's frames
     budgets = report.details["groups"]["budgets"]
     assert sum(budgets) == 120 and len(budgets) == 3 == len(df)
     assert "with ≤ 120 oracle calls in all" in report.guarantee
@@ -129,7 +131,8 @@ def test_count_star_under_a_budget_is_exact(db):
         assert db.sql(f"EXPLAIN {sql} ORACLE BUDGET 40").df()["estimated_oracle_calls"][0] == 0
         df = db.sql(sql + " ORACLE BUDGET 40 SEED 1").df()
         assert df["estimate"].tolist() == df["ci_low"].tolist() == df["ci_high"].tolist() == sizes
-        assert db.last_report.oracle_calls == 0 and df["frames"].sum() == 0
+        assert db.last_report.oracle_calls == 0 and df["labels_used"].sum() == 0
+        assert df["population_frames"].tolist() == sizes
         assert db.last_report.seed is None  # nothing was sampled
 
 

@@ -129,9 +129,10 @@ class IndexStore:
         shutil.rmtree(scratch, ignore_errors=True)
         chunk_map = None if executor is None else executor.embedding_map(source, scratch)
         try:
-            index = TastiIndex.build(source, cache.detections, size=size, progress=progress,
-                                     identity=identity, threads=threads, chunk_map=chunk_map,
-                                     **build)
+            with cache.quiet():
+                index = TastiIndex.build(source, cache.detections, size=size, progress=progress,
+                                         identity=identity, threads=threads, chunk_map=chunk_map,
+                                         **build)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
         index.stats["newly_labelled"] = cache.stats.since(before).oracle_calls
@@ -212,8 +213,9 @@ class IndexStore:
         cache = self.catalog.label_cache(video, oracle)
         if cache.oracle.identity != oracle_identity:
             raise CatalogError(f"the oracle of index {name!r} changed since it was built")
-        added = index.extend(self.catalog.lowres_source(video), cache.detections,
-                             progress=progress)
+        with cache.quiet():
+            added = index.extend(self.catalog.lowres_source(video), cache.detections,
+                                 progress=progress)
         index.identity = identity
         index.save(self.directory(name))
         self._open[name] = index

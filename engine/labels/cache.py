@@ -234,6 +234,16 @@ class LabelCache:
                     disable=not (self.progress and on_terminal()))
 
     @contextmanager
+    def quiet(self):
+        """No bar of the cache's own inside: an index build draws one over the frames it
+        labels (through `detections`), chunk by chunk."""
+        shown, self.progress = self.progress, False
+        try:
+            yield
+        finally:
+            self.progress = shown
+
+    @contextmanager
     def labelling(self, desc: str, total: int | None = None):
         """An approximate query's labelling: one bar over every frame the oracle labels
         inside (its total: `total`, else the `forecast` marked as an estimate, else none),
