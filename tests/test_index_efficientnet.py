@@ -1,5 +1,6 @@
 """The default embedder: ImageNet EfficientNet-Lite0 features on a 2×2 grid, projected; its
 linear readout of proxies; and the fallback to the triplet network without its weights."""
+import json
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +17,9 @@ from vidql.base.errors import VidqlError
 from vidql.datasets import read_labels
 from vidql.engine.sql.framestat import evaluate, frame_statistic
 from vidql.indexes import TastiIndex
-from vidql.indexes.embedders import find_efficientnet_weights
+from vidql.indexes.embedders import (Projection, find_efficientnet_weights,
+                                     fit_efficientnet_embeddings)
+from vidql.indexes.network import to_tensor
 from vidql.indexes.tasti import default_embedder, linear_readout
 
 needs_weights = pytest.mark.skipif(
@@ -31,10 +34,12 @@ def test_the_network_loads_its_imagenet_weights_and_tells_vehicles_apart():
     assert sum(p.numel() for p in model.parameters()) == 4_652_008  # EfficientNet-Lite0
     x = torch.zeros(2, 3, 96, 160)
     assert model(x).shape == (2, 1280) and model(x, grid=2).shape == (2, 5120)
-    embedder = lite.GridEmbedder(lite.packaged_weights(), dim=32, seed=3)
-    again = lite.GridEmbedder(lite.packaged_weights(), dim=32, seed=3)
+    seeded = Projection(np.zeros(lite.GRID_FEATURES), lite.seeded_directions(32, 3))
+    embedder = lite.GridEmbedder(lite.packaged_weights(), seeded)
     with torch.inference_mode():
-        assert torch.equal(embedder(x), again(x))  # the projection is the seed's: no fitting
+        features = lite.GridEmbedder(lite.packaged_weights())(x)
+        assert features.shape == (2, lite.GRID_FEATURES)
+        assert torch.equal(embedder(x), features @ torch.from_numpy(seeded.components))
 
 
 def test_weights_are_found_or_named(monkeypatch, tmp_path):
@@ -59,6 +64,78 @@ def test_default_index_embeds_with_efficientnet_and_new_frames_embed_the_same(tm
     assert np.allclose(again, index.embeddings[200:240], atol=1e-4)
     car = frame_statistic("objects('car')")
     assert np.array_equal(loaded.proxy(car), index.proxy(car))
+
+
+class Prefix:
+    """The first `n_frames` frames of a frame source (a clip before one is appended)."""
+
+    def __init__(self, source, n_frames: int):
+        self.source, self.n_frames = source, n_frames
+
+    def read(self, frames, size=None):
+        return self.source.read(frames, size)
+
+    def iter_batches(self, batch_size, start=0, stop=None, size=None):
+        return self.source.iter_batches(batch_size, start, min(stop or self.n_frames,
+                                                                self.n_frames), size)
+
+
+@needs_weights
+def test_the_projection_is_fitted_saved_and_used_for_appended_frames(tmp_path):
+    toy = ToyTraffic(n_frames=240, seed=2)
+    index = TastiIndex.build(Prefix(toy, 200), CountingOracle(toy.labels), reps=40,
+                             size=(96, 64), dim=16, progress=False)
+    # principal components, strongest first: the embedding's columns are uncorrelated
+    cov = np.cov(np.asarray(index.embeddings), rowvar=False)
+    assert np.abs(cov - np.diag(np.diag(cov))).max() < 1e-3 * cov.max()
+    assert np.all(np.diff(np.diag(cov)) <= 1e-6 * cov.max())
+    index.save(tmp_path / "idx")
+    assert (tmp_path / "idx" / "efficientnet_pca.npz").is_file()
+    loaded = TastiIndex.load(tmp_path / "idx")
+    saved = loaded.load_encoder().model
+    assert np.array_equal(saved.components, index.encoder.model.components)
+    assert saved.components.shape == (lite.GRID_FEATURES, 16)
+    assert loaded.extend(toy, CountingOracle(toy.labels), reps=5, progress=False) == 40
+    fresh = TastiIndex.load(tmp_path / "idx").load_encoder().embed(toy, 200, 240, size=(96, 64),
+                                                                   progress=False)
+    assert np.allclose(loaded.embeddings[200:], fresh, rtol=1e-5, atol=1e-5 * np.abs(fresh).max())
+    # ... and the first frames embed again as the build did (sketch, then PCA)
+    again = loaded.load_encoder().embed(toy, 0, 200, size=(96, 64), progress=False)
+    assert np.allclose(again, index.embeddings, rtol=1e-4, atol=1e-4 * np.abs(again).max())
+
+
+@needs_weights
+def test_the_projection_is_fitted_on_the_first_frames_and_chunks_elsewhere_embed_alike():
+    toy = ToyTraffic(n_frames=150, seed=4)
+    options = dict(size=(96, 64), dim=8, seed=0, fit_frames=100, progress=False)
+    rows, projection = fit_efficientnet_embeddings(toy, **options)
+    head = np.cov(rows[:100], rowvar=False)  # the fitted frames: on their principal axes
+    assert np.abs(head - np.diag(np.diag(head))).max() < 1e-3 * head.max()
+    chunks = [(0, 64), (64, 150)]
+    chunked, again = fit_efficientnet_embeddings(
+        toy, chunk_map=lambda fn, _: ((a, b, fn(a, b)) for a, b in chunks), **options)
+    assert np.array_equal(again.components, projection.components)
+    assert np.allclose(chunked, rows, rtol=1e-4, atol=1e-4 * np.abs(rows).max())
+
+
+@needs_weights
+def test_an_index_saved_before_projections_were_fitted_keeps_its_seeded_one(tmp_path):
+    toy = ToyTraffic(n_frames=120, seed=3)
+    index = TastiIndex.build(toy, CountingOracle(toy.labels), reps=30, size=(96, 64), dim=16,
+                             progress=False)
+    index.save(tmp_path / "idx")
+    meta_file = tmp_path / "idx" / "meta.json"
+    meta = json.loads(meta_file.read_text())
+    meta["encoder"] = {"kind": "efficientnet", "weights": None, "dim": 16, "seed": 5}  # as saved
+    meta_file.write_text(json.dumps(meta))
+    (tmp_path / "idx" / "efficientnet_pca.npz").unlink()
+    encoder = TastiIndex.load(tmp_path / "idx").load_encoder()
+    assert np.array_equal(encoder.model.components, lite.seeded_directions(16, 5))
+    rows = encoder.embed(toy, 0, 8, size=(96, 64), progress=False)
+    with torch.inference_mode():
+        x = to_tensor(toy.read(np.arange(8), size=(96, 64)), "cpu", lite.MEAN, lite.STD)
+        features = lite.GridEmbedder(lite.packaged_weights())(x).numpy()
+    assert np.allclose(rows, features @ lite.seeded_directions(16, 5), atol=1e-4)
 
 
 class Lookup:
@@ -116,7 +193,9 @@ def test_without_the_weights_create_index_says_which_embedder_it_used(traffic_db
 def test_default_proxies_rank_a_real_clip(tmp_path):
     """residential_street (905 frames, YOLOX-Nano labels): the default index labels 50
     frames. Its car-count rho and truck AUC on the others were 0.79 and 0.51 with the
-    triplet network; issue 32's targets (0.85, 0.95) are not reached yet."""
+    triplet network, 0.84 and 0.78 with EfficientNet features on seeded Gaussian directions,
+    0.88 and 0.79 on their principal components: issue 32's rho target (0.85) is reached
+    here, its AUC target (0.95) is not."""
     data = SHARED / "data"
     with vidql.connect(tmp_path / "r.db", progress=False) as db:
         db.sql(f"LOAD VIDEO '{data / 'residential_street.mp4'}' AS v; "
@@ -130,4 +209,4 @@ def test_default_proxies_rank_a_real_clip(tmp_path):
     trucks = evaluate("contains('truck')", detections, rest)
     rho = spearmanr(index.proxy(frame_statistic("objects('car')"))[rest], cars)[0]
     auc = roc_auc_score(trucks > 0, index.proxy(frame_statistic("contains('truck')"))[rest])
-    assert rho >= 0.8 and auc >= 0.72, (rho, auc)
+    assert rho >= 0.86 and auc >= 0.76, (rho, auc)
