@@ -20,8 +20,8 @@ from vidql.engine.sql.framestat import FrameExpr, frame_statistic, is_predicate
 from vidql.engine.planner import (OPERATORS, Binding, budget_result, cap_ran_out, column_groups,
                                   count_star, error_bound, group_codes, grouped_error_bound,
                                   predicate_expr, query_confidence)
-from vidql.engine.pricing import (TIMING_FRAMES, Price, decode_planned, decode_seconds,
-                                  oracle_ms, price, uniform_draw)
+from vidql.engine.pricing import (TIMING_FRAMES, Decoding, Price, decode_planned,
+                                  decode_seconds, oracle_ms, price, uniform_draw)
 from vidql.engine.result import Report, Result
 from vidql.queries import selection_forecast
 
@@ -58,16 +58,27 @@ def estimate_approximate(db, q: Query, b: Binding | None = None) -> tuple[Report
         batches = [uniform_draw(b.population, b.cache.labelled_frames, calls)]
     fresh = b.population[~np.isin(b.population, b.cache.labelled_frames)]
     if q.kind == "aggregate":  # ERROR WITHIN plans its draws: GOPs decoded once
-        decoding = [decode_planned(db.catalog, b.video, b.cache, batches,
-                                   _planned_draws(batches, fresh, q.clauses.budget))]
+        decoding = decode_planned(db.catalog, b.video, b.cache, batches,
+                                  _planned_draws(batches, fresh, q.clauses.budget))
     else:  # each labelling call decodes its frames' GOPs again
-        decoding = [decode_seconds(db.catalog, b.video, b.cache, frames) for frames in batches]
-    plan = Price(int(calls), None if ms is None else calls * ms / 1000,
-                 sum(seconds for seconds, _ in decoding), sum(n for _, n in decoding))
+        decoding = Decoding()
+        for frames in batches:
+            decoding = decoding.plus(decode_seconds(db.catalog, b.video, b.cache, frames))
+    plan = Price(int(calls), None if ms is None else calls * ms / 1000, decoding.seconds,
+                 decoding.frames, decoding.writing)
     report.simulated_cost_ms = b.cache.oracle.simulated_cost_ms
     if how:
         report.details["seconds"] = how
+    _note_writing(plan, report)
     return report, plan, price(db.catalog, b.video, b.cache, fresh, ms)
+
+
+def _note_writing(plan: Price, report: Report) -> None:
+    """Say in the report that the plan's seconds include writing 'auto' oracle renditions."""
+    if plan.writing_seconds:
+        note = (f"includes writing the oracle rendition first (about {plan.writing_seconds:.1f}"
+                " s, once: later queries read it)")
+        report.details["seconds"] = "; ".join(filter(None, [report.details.get("seconds"), note]))
 
 
 def _planned_draws(rounds: list[np.ndarray], fresh: np.ndarray, cap: int | None) -> np.ndarray:
@@ -130,6 +141,7 @@ def _estimate_exact(db, q: Query, report: Report) -> Price:
             report.details["seconds"] = how
         fresh = wanted[~np.isin(wanted, cache.labelled_frames)]
         total = total.plus(price(db.catalog, video, cache, fresh, ms))
+    _note_writing(total, report)
     report.details["estimate"] = "frames in range not yet in the label cache"
     return total
 

@@ -1,5 +1,7 @@
 """What labelling a query's frames costs: the oracle's time per frame plus decoding the
-frames (each clip's `ReadCost`: GOP layout and measured decode time), for EXPLAIN and for
+frames (each clip's `ReadCost`: GOP layout and measured decode time; where a call would
+write a clip's 'auto' oracle rendition, writing it and the rendition's estimated cost), for
+EXPLAIN and for
 the planner's choice between sampling and the exact scan."""
 from __future__ import annotations
 
@@ -14,6 +16,20 @@ TIMING_FRAMES = 2  # frames a first EXPLAIN labels to time an oracle that never 
 
 
 @dataclass(frozen=True)
+class Decoding:
+    """Seconds and frames of decoding for labelling calls; `writing`: the seconds of them
+    spent writing 'auto' oracle renditions."""
+
+    seconds: float = 0.0
+    frames: int = 0
+    writing: float = 0.0
+
+    def plus(self, other: "Decoding") -> "Decoding":
+        return Decoding(self.seconds + other.seconds, self.frames + other.frames,
+                        self.writing + other.writing)
+
+
+@dataclass(frozen=True)
 class Price:
     """Estimated seconds of labelling `calls` frames: the oracle's and decoding's."""
 
@@ -21,6 +37,7 @@ class Price:
     oracle_seconds: float | None  # None: the oracle's time per frame is unknown
     decode_seconds: float
     decoded_frames: int
+    writing_seconds: float = 0.0  # of decode_seconds, writing 'auto' oracle renditions
 
     @property
     def seconds(self) -> float | None:
@@ -31,7 +48,8 @@ class Price:
         oracle = (None if self.oracle_seconds is None or other.oracle_seconds is None
                   else self.oracle_seconds + other.oracle_seconds)
         return Price(self.calls + other.calls, oracle, self.decode_seconds + other.decode_seconds,
-                     self.decoded_frames + other.decoded_frames)
+                     self.decoded_frames + other.decoded_frames,
+                     self.writing_seconds + other.writing_seconds)
 
 
 def known_ms(catalog, oracle) -> float | None:
@@ -60,32 +78,48 @@ def oracle_ms(catalog, cache: LabelCache, frames: np.ndarray) -> tuple[float | N
             f"the oracle was timed on {fresh.size} frame(s) for this estimate (their labels are kept)")
 
 
-def decode_seconds(catalog, video: str, cache: LabelCache, frames: np.ndarray) -> tuple[float, int]:
-    """(seconds, frames decoded) to decode the global positions `frames` in file order, clip
-    by clip; nothing for an oracle that needs no pixels."""
+def decode_seconds(catalog, video: str, cache: LabelCache, frames: np.ndarray) -> Decoding:
+    """Decoding the global positions `frames` in file order, clip by clip, in one labelling
+    call (which may write a clip's 'auto' oracle rendition first, and read that);
+    nothing for an oracle that needs no pixels."""
     frames = np.unique(np.asarray(frames, dtype=np.int64))
     if not cache.oracle.needs_pixels or frames.size == 0:
-        return 0.0, 0
-    costs = catalog.read_costs(video, cache.oracle.reads_scaled)
-    seconds, decoded = 0.0, 0
+        return Decoding()
+    costs = dict(enumerate(catalog.read_costs(video, cache.oracle)))
+    total = Decoding()
     for ordinal, local, _ in cache.clip_map.pieces(frames):
-        n = costs[ordinal].decoded_in_order(local)
-        seconds += costs[ordinal].seconds(n)
-        decoded += n
-    return seconds, decoded
+        total = total.plus(_clip_decoding(catalog, video, cache, ordinal, local, costs))
+    return total
+
+
+def _clip_decoding(catalog, video: str, cache: LabelCache, ordinal: int, local: np.ndarray,
+                   costs: dict, also: np.ndarray | None = None) -> Decoding:
+    """Decoding a clip's frames `local` (and `also`, kept for later) in one labelling call:
+    writing its 'auto' oracle rendition first where the call would (then `costs[ordinal]`
+    becomes the rendition's estimated cost, and costs[ordinal, 'written'] is set, for later
+    calls), and reading them."""
+    writing = 0.0
+    if (ordinal, "written") not in costs:
+        write = catalog.rendition_to_write(video, ordinal, cache.oracle, local)
+        if write is not None:
+            writing, costs[ordinal] = write
+            costs[ordinal, "written"] = True
+    wanted = local if also is None else np.union1d(local, also)
+    n = costs[ordinal].decoded_in_order(wanted)
+    return Decoding(costs[ordinal].seconds(n) + writing, n, writing)
 
 
 def decode_planned(catalog, video: str, cache: LabelCache, rounds: list[np.ndarray],
-                   plan: np.ndarray) -> tuple[float, int]:
-    """(seconds, frames decoded) of labelling calls `rounds` (global positions) of a query
-    that plans its draws (`plan`, in draw order, the rounds' frames first), as the engine
-    decodes them (engine/labels/decoded.py): each call decodes the GOPs of its frames not
-    kept yet, on to the planned frames in them that fit in the store, which it keeps."""
+                   plan: np.ndarray) -> Decoding:
+    """Decoding in labelling calls `rounds` (global positions) of a query that plans its
+    draws (`plan`, in draw order, the rounds' frames first), as the engine decodes them
+    (engine/labels/decoded.py): each call decodes the GOPs of its frames not kept yet, on
+    to the planned frames in them that fit in the store, which it keeps."""
     if not cache.oracle.needs_pixels or not rounds:
-        return 0.0, 0
-    costs = catalog.read_costs(video, cache.oracle.reads_scaled)
+        return Decoding()
+    costs = dict(enumerate(catalog.read_costs(video, cache.oracle)))
     kept = np.zeros(cache.n_frames, dtype=bool)
-    seconds, decoded, done = 0.0, 0, 0
+    total, done = Decoding(), 0
     for frames in rounds:
         frames = np.unique(frames)
         done += len(frames)
@@ -99,18 +133,16 @@ def decode_planned(catalog, video: str, cache: LabelCache, rounds: list[np.ndarr
             room = store.STORE_BYTES // (clip.kept_size[0] * clip.kept_size[1] * 3) - int(kept.sum())
             extra = store.frames_to_keep(local, mine, costs[ordinal].keyframes, room)
             kept[first + extra] = True
-            n = costs[ordinal].decoded_in_order(np.union1d(local, extra))
-            seconds += costs[ordinal].seconds(n)
-            decoded += n
-    return seconds, decoded
+            total = total.plus(_clip_decoding(catalog, video, cache, ordinal, local, costs, extra))
+    return total
 
 
 def price(catalog, video: str, cache: LabelCache, frames: np.ndarray, ms: float | None) -> Price:
     """The price of labelling the global positions `frames` (all of them new) in one
     labelling call, which decodes them in file order."""
-    seconds, decoded = decode_seconds(catalog, video, cache, frames)
+    decoding = decode_seconds(catalog, video, cache, frames)
     oracle = None if ms is None else len(frames) * ms / 1000
-    return Price(int(len(frames)), oracle, seconds, decoded)
+    return Price(int(len(frames)), oracle, decoding.seconds, decoding.frames, decoding.writing)
 
 
 def uniform_draw(population: np.ndarray, cached: np.ndarray, n: int) -> np.ndarray:

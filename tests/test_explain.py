@@ -170,7 +170,7 @@ def test_explain_prices_decoding_beside_the_exact_scan(long_gop):
     beside the plan; a first EXPLAIN times an oracle that never ran on two frames, rather
     than showing no seconds."""
     db, oracle = long_gop
-    [cost] = db.catalog.read_costs("g", scaled=False)
+    [cost] = db.catalog.read_costs("g", db.labels("g").oracle)
     plan = db.sql("EXPLAIN SELECT AVG(objects('car')) FROM g ORACLE BUDGET 24 SEED 1").df().iloc[0]
     assert sum(oracle.CALLS) == 2 and "timed on 2 frame" in plan["note"]
     assert plan["estimated_oracle_calls"] in (23, 24) and plan["exact_scan_oracle_calls"] == 238
@@ -195,7 +195,7 @@ def test_explain_prices_a_dry_runs_rounds_as_the_engine_decodes_them(long_gop, m
     120-frame GOPs at most; with no room to keep frames, each round decodes its GOPs
     again and is priced so."""
     db, _ = long_gop
-    [cost] = db.catalog.read_costs("g", scaled=False)
+    [cost] = db.catalog.read_costs("g", db.labels("g").oracle)
     db.sql("SELECT count(*) FROM g WHERE frame < 30 AND objects('car') >= 0")  # a basis
     sql = "EXPLAIN SELECT AVG(objects('car')) FROM g ERROR WITHIN 0.3 SEED 1"
     plan = db.sql(sql).df().iloc[0]

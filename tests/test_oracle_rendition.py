@@ -2,6 +2,8 @@
 copy at the oracle's input size; ONNX detectors label from it, boxes in original pixels."""
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import cv2
 import numpy as np
 import pytest
@@ -13,6 +15,9 @@ from vidql.engine.catalog.catalog import ORACLE_RENDITION
 from vidql.preprocess.frames import FrameReader
 from vidql.preprocess.rendition import ORACLE_GOP, Rendition
 
+SCALED = SimpleNamespace(reads_scaled=True)  # an oracle that reads resized frames (ONNX)
+PLAIN = SimpleNamespace(reads_scaled=False)
+
 
 def test_load_writes_oracle_rendition_of_the_letterbox_pixels(counter_clip, tmp_path):
     """Every frame at long side 64, the very pixels cv2 INTER_LINEAR makes of the decoded
@@ -22,8 +27,8 @@ def test_load_writes_oracle_rendition_of_the_letterbox_pixels(counter_clip, tmp_
         db.sql(f"LOAD VIDEO '{counter_clip}' AS v WITH (oracle_rendition = 64)")
         assert int(db.videos()["oracle_rendition"].iloc[0]) == 64
         rendition = Rendition.load(db.catalog.clip_dir("v", 0) / ORACLE_RENDITION)
-        [cost] = db.catalog.read_costs("v", scaled=True)  # what ONNX detectors read
-        [original] = db.catalog.read_costs("v", scaled=False)  # what other oracles read
+        [cost] = db.catalog.read_costs("v", SCALED)  # what ONNX detectors read
+        [original] = db.catalog.read_costs("v", PLAIN)  # what other oracles read
     assert list(cost.keyframes) == list(range(0, 120, ORACLE_GOP))
     assert cost.decoded_one_by_one([7, 45]) == 8 + 6
     assert list(original.keyframes) == list(range(0, 120, 12))  # counter_clip's own GOP
@@ -49,7 +54,7 @@ def test_load_into_keeps_the_collections_oracle_rendition(counter_clip, tmp_path
         with pytest.raises(ParameterError, match="oracle_rendition = 64"):
             db.sql(f"LOAD VIDEO '{other}' INTO v WITH (oracle_rendition = 128)")
         db.sql(f"LOAD VIDEO '{other}' INTO v WITH (oracle_rendition = 64)")
-        rendition = db.catalog.oracle_rendition("v", 1)
+        rendition = db.catalog.oracle_rendition("v", 1, SCALED)
     assert (rendition.width, rendition.height) == (38, 64)
 
 
@@ -67,7 +72,7 @@ def test_onnx_labels_from_the_rendition_in_original_pixels(tmp_path):
     video = shared_path("data", "ua_detrac.mp4")
     model = shared_path("models", "yolox_nano.onnx")
     with vidql.connect(tmp_path / "db.duckdb", progress=False) as db:
-        db.sql(f"LOAD VIDEO '{video}' AS plain; "
+        db.sql(f"LOAD VIDEO '{video}' AS plain WITH (oracle_rendition = 'none'); "
                f"LOAD VIDEO '{video}' AS small WITH (oracle_rendition = 416); "
                f"CREATE ORACLE yolox FROM ONNX '{model}'; SET ORACLE plain = yolox; "
                f"SET ORACLE small = yolox")

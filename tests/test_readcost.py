@@ -2,6 +2,9 @@
 FrameReader.decoded counts them, and the decode time LOAD records."""
 from __future__ import annotations
 
+from types import SimpleNamespace
+
+import numpy as np
 import pytest
 
 import vidql
@@ -11,6 +14,7 @@ from vidql.preprocess.readcost import DecodeTiming, ReadCost, load_timing, measu
 from vidql.preprocess.testclip import write_counter_video
 
 N, GOP = 120, 24
+PLAIN = SimpleNamespace(reads_scaled=False)  # an oracle that reads the file
 
 
 @pytest.fixture(scope="module")
@@ -58,6 +62,22 @@ def test_load_records_the_decode_time(clip, tmp_path):
         assert saved is not None and saved.width == 160 and saved.frames_timed == 48
         (db.catalog.clip_dir("v", 0) / "decode.json").write_text("{not json")
     with vidql.connect(tmp_path / "db.db", progress=False) as db:  # damaged: timed again
-        [cost] = db.catalog.read_costs("v", scaled=False)
+        [cost] = db.catalog.read_costs("v", PLAIN)
         assert cost.frame_count == N and cost.seconds_per_frame > 0
         assert load_timing(db.catalog.clip_dir("v", 0) / "decode.json") is not None
+
+
+def test_random_read_cost_and_when_a_rendition_pays():
+    """A random read decodes (L+1)/2 frames of an L-frame GOP on average; an oracle
+    rendition (GOP 8, a lossless pixel LOSSLESS_PIXEL_COST times dearer) pays where the
+    clip's GOPs are long and its frames much larger than the oracle's input."""
+    from vidql.preprocess.readcost import LOSSLESS_PIXEL_COST, rendition_cost, rendition_pays
+
+    camera = ReadCost(np.arange(0, 1200, 120), 1200, 0.004)  # 1080p, GOP 120
+    assert camera.random_read_seconds() == pytest.approx(60.5 * 0.004)
+    small = rendition_cost(camera, (1920, 1080), (416, 234), 8)
+    assert list(small.keyframes[:3]) == [0, 8, 16]
+    assert small.seconds_per_frame == pytest.approx(0.004 * LOSSLESS_PIXEL_COST * 416 * 234 / (1920 * 1080))
+    assert rendition_pays(camera, small)  # about 27x
+    webcam = ReadCost(np.arange(0, 1200, 12), 1200, 0.0005)  # 320x240, GOP 12
+    assert not rendition_pays(webcam, rendition_cost(webcam, (320, 240), (416, 312), 8))

@@ -118,9 +118,11 @@ def build_parser() -> argparse.ArgumentParser:
     ld.add_argument("--skip-bad", action="store_true",
                     help="load the files that read and report the others")
     ld.add_argument("--rendition", type=int, help="also keep a low-res copy (short side px)")
-    ld.add_argument("--oracle-rendition", type=int, metavar="PX",
-                    help="also keep a lossless short-GOP copy at the oracle's input size "
-                         "(long side px, e.g. 416) for the detector to read")
+    ld.add_argument("--oracle-rendition", metavar="PX|auto|none",
+                    type=lambda v: int(v) if v.isdigit() else v,
+                    help="a lossless short-GOP copy at the oracle's input size (long side px, "
+                         "e.g. 416) for the detector to read; default auto: written by an ONNX "
+                         "detector on first use where random reads of a clip are costly")
     ld.set_defaults(fn=cmd_load)
 
     s = with_db(sub.add_parser("sql", help="run one statement or a ;-separated script and "

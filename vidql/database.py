@@ -9,7 +9,7 @@ import duckdb
 import pandas as pd
 
 from vidql.api import VideoQuery
-from vidql.engine.catalog.catalog import Catalog
+from vidql.engine.catalog.catalog import Catalog, oracle_rendition_setting
 from vidql.engine.catalog.indexstore import IndexStore
 from vidql.base.errors import CatalogError, OracleError, ParameterError, VideoError, VidqlError
 from vidql.engine.sql.sqlnames import ORACLE_KINDS
@@ -17,7 +17,6 @@ from vidql.engine.catalog.ray_executor import executor_name, make_executor
 from vidql.engine.executor import execute_script
 from vidql.engine.labels.cache import LabelCache
 from vidql.engine.sql.framestat import frame_statistic
-from vidql.preprocess.rendition import LONG_SIDE
 
 
 STORE_CATALOG = "vidql_store"
@@ -128,7 +127,7 @@ class Database:
     # ---- catalog ------------------------------------------------------------------
     def load_video(self, path, name: str | None = None, *, rendition: int | None = None,
                    skip_bad: bool = False, into: bool = False,
-                   oracle_rendition: int | None = None) -> dict:
+                   oracle_rendition: int | str | None = None) -> dict:
         """Probe video files and register table `name(clip, frame, ts, start_ts)`: `path` is
         a file, a glob ('clips/*.mp4'), a folder or a list of files (one clip each); `into`
         appends them as clips of the existing video `name` (and extends its indexes).
@@ -136,16 +135,16 @@ class Database:
         clip of the video already is left out. `rendition` (short side px) keeps a low-res
         copy for embedders; `oracle_rendition` (the oracle's input long side px, e.g. 416)
         keeps a lossless short-GOP copy at that size which oracles that read resized
-        frames (ONNX detectors) label from. Returns the video's
+        frames (ONNX detectors) label from; 'auto' (the default for a new video) lets each
+        such detector write one at its input size on first use where the cost model says
+        random reads of a clip are costly; 'none' never. Returns the video's
         row with `skipped`: the (path, reason) of files left out, and `indexes`: for each
         index extended over appended clips, the frames added (or why it was not)."""
         if name is None:
             if not isinstance(path, (str, Path)) or any(ch in str(path) for ch in "*?["):
                 raise ParameterError("name the video: load_video(paths, 'name')")
             name = Path(path).stem.replace("-", "_").replace(".", "_")
-        if oracle_rendition is not None:
-            oracle_rendition = LONG_SIDE.check("oracle_rendition (the oracle's input long side "
-                                               "in pixels)", oracle_rendition)
+        oracle_rendition = oracle_rendition_setting(oracle_rendition)
         row, skipped = self.catalog.add_video(path, name, rendition=rendition,
                                               oracle_rendition=oracle_rendition,
                                               skip_bad=skip_bad, into=into)

@@ -21,8 +21,10 @@ import pandas as pd
 
 from vidql.preprocess import probe
 from vidql.preprocess.concat import ConcatSource, LowResSource
-from vidql.preprocess.readcost import ReadCost, load_timing, measure_decode, save_timing
-from vidql.preprocess.rendition import Rendition, make_oracle_rendition, make_rendition
+from vidql.preprocess.readcost import (ReadCost, load_timing, measure_decode, rendition_cost,
+                                       rendition_pays, save_timing)
+from vidql.preprocess.rendition import (LONG_SIDE, ORACLE_GOP, Rendition, make_oracle_rendition, make_rendition,
+                                       oracle_size)
 from vidql.base.errors import CatalogError, OracleError, ParameterError, VideoError
 from vidql.engine.catalog.upgrade import upgrade_catalog
 from vidql.engine.labels.clips import ClipMap, clip_names, creation_timestamp, video_paths
@@ -110,6 +112,29 @@ def fingerprint_matches(stored: str, path: str | Path) -> bool:
 
 DECODE_TIMING = "decode.json"  # a clip's measured decode time per frame (preprocess.readcost)
 ORACLE_RENDITION = "oracle_rendition"  # a clip's rendition at the oracle's input size
+# vidql.videos.oracle_rendition: NULL none, a long side in px, or AUTO: each ONNX detector
+# that reads a clip writes one at its own input size where the clip's random reads are
+# costly (`rendition_pays`), on its first labelling call
+AUTO = 0
+WRITE_SHARE = 0.5  # 'auto' writes a rendition in a call whose file reads cost >= half of it
+
+
+def oracle_rendition_setting(value) -> int | str | None:
+    """LOAD VIDEO's `oracle_rendition` option, checked: None when not stated, 'none', AUTO
+    for 'auto', or a long side in px."""
+    if isinstance(value, str):
+        if value.lower() in ("auto", "none"):
+            return AUTO if value.lower() == "auto" else "none"
+        raise ParameterError(f"oracle_rendition must be 'auto', 'none' or the oracle's input long "
+                             f"side in pixels, in [{LONG_SIDE.low}, {LONG_SIDE.high}]; got {value!r}")
+    if value is None:
+        return None
+    return LONG_SIDE.check("oracle_rendition (the oracle's input long side in pixels)", value)
+
+
+def _shown_setting(value) -> str | None:
+    """How SHOW VIDEOS shows a stored oracle_rendition setting."""
+    return None if value is None or pd.isna(value) else "auto" if int(value) == AUTO else str(int(value))
 
 
 def _agreed(values: pd.Series) -> str:
@@ -143,8 +168,8 @@ class Catalog:
         self._caches: dict[tuple[str, str], LabelCache] = {}
         self._checked: dict[tuple[str, int], str] = {}  # (video, ordinal) -> its checked path
         self._infos: dict[tuple[str, int], object] = {}  # (video, ordinal) -> its VideoInfo
-        self._read_costs: dict[tuple[str, int, bool], object] = {}  # (video, ordinal, scaled) -> ReadCost
-        self._renditions: dict[tuple[str, int], object] = {}  # -> its oracle Rendition (probed)
+        self._read_costs: dict[Path, object] = {}  # timed folder -> ReadCost
+        self._renditions: dict[tuple[str, int, str], object] = {}  # -> its oracle Rendition (probed)
         self.read_only = read_only
         self._video_rows: dict[str, dict] | None = None  # within a query: rows read so far
         self._statement_caches: dict[tuple, LabelCache] = {}  # within a query: caches found
@@ -252,12 +277,13 @@ class Catalog:
         return ClipMap.of(self.clip_table(name))
 
     def add_video(self, source, name: str, *, rendition: int | None = None,
-                  oracle_rendition: int | None = None, skip_bad: bool = False,
+                  oracle_rendition: int | str | None = None, skip_bad: bool = False,
                   into: bool = False) -> tuple[dict, list[tuple[str, str]]]:
         """LOAD VIDEO: probe every file `source` names (a file, glob, folder or list) and
         register them as clips of collection `name` (a new one, or an existing one `into`,
         whose rendition settings its new clips take; `oracle_rendition`: each clip's
-        oracle rendition, see `oracle_rendition`).
+        oracle rendition, as `oracle_rendition_setting` reads it, 'auto' when not stated:
+        see `oracle_rendition`).
         A file that cannot be read fails the whole load, naming every such file, unless
         `skip_bad`; then the rest load. A file whose content is a clip of the collection
         already is left out with a note. Nothing changes unless every step succeeds.
@@ -270,6 +296,7 @@ class Catalog:
             oracle_rendition = self._same_oracle_rendition(row, oracle_rendition)
         else:
             self._check_new_video_name(name)
+            oracle_rendition = {None: AUTO, "none": None}.get(oracle_rendition, oracle_rendition)
             clips = pd.DataFrame({"clip": [], "ordinal": [], "first_frame": [], "frame_count": [],
                                   "fingerprint": []})
         good, bad = self._probe_all(paths)
@@ -298,14 +325,14 @@ class Catalog:
         return self.video_row(name), bad + loaded
 
     @staticmethod
-    def _same_oracle_rendition(row: dict, asked: int | None) -> int | None:
-        """A collection's oracle rendition (long side px, or None), which LOAD VIDEO ... INTO
-        may restate but not change: every clip's labels come from the same kind of pixels."""
+    def _same_oracle_rendition(row: dict, asked: int | str | None) -> int | None:
+        """A collection's stored oracle rendition setting, which LOAD VIDEO ... INTO may
+        restate but not change: every clip's labels come from the same kind of pixels."""
         have = _setting(row, "oracle_rendition")
-        if asked is not None and asked != have:
+        if asked is not None and {"none": None}.get(asked, asked) != have:
             raise ParameterError(f"video {row['name']!r} was loaded with oracle_rendition = "
-                                 f"{have or 'none'}; LOAD VIDEO ... INTO gives its new clips the "
-                                 f"same (leave out oracle_rendition)")
+                                 f"{_shown_setting(have) or 'none'}; LOAD VIDEO ... INTO gives "
+                                 f"its new clips the same (leave out oracle_rendition)")
         return have
 
     @staticmethod
@@ -371,7 +398,7 @@ class Catalog:
         rendition, oracle_rendition = renditions
         if rendition is not None:
             make_rendition(path, staging / "rendition", int(rendition), progress=self.progress)
-        if oracle_rendition is not None:
+        if oracle_rendition not in (None, AUTO):  # 'auto' ones are written on first use
             small = make_oracle_rendition(path, staging / ORACLE_RENDITION, int(oracle_rendition),
                                           progress=self.progress, info=info)
             save_timing(measure_decode(small.info), small.folder / DECODE_TIMING)
@@ -449,8 +476,7 @@ class Catalog:
         """Drop what this process remembers of a collection (after it changed)."""
         for key in [k for k in self._infos if k[0] == name]:
             del self._infos[key]
-        for key in [k for k in self._read_costs if k[0] == name]:
-            del self._read_costs[key]
+        self._read_costs.clear()
         for key in [k for k in self._renditions if k[0] == name]:
             del self._renditions[key]
         for key in [k for k in self._checked if k[0] == name]:
@@ -527,31 +553,51 @@ class Catalog:
         """How errors name a clip: as the video when it is its only clip."""
         return f"video {name!r}" if single else f"clip {clip!r} of video {name!r}"
 
-    def read_costs(self, name: str, scaled: bool) -> list:
-        """Each clip's `ReadCost` (GOP layout, decode seconds per frame) of what an oracle
-        decodes: with `scaled` (an oracle that reads resized frames, `Oracle.reads_scaled`)
-        the clip's oracle rendition where it has one, else its file, as `oracle_input`
-        picks; in load order. LOAD times a clip's decoding; a clip loaded before that is
-        timed on first use."""
+    def read_costs(self, name: str, oracle: Oracle) -> list:
+        """Each clip's `ReadCost` (GOP layout, decode seconds per frame) of what `oracle`
+        decodes now, in load order: the clip's oracle rendition where one is written for
+        it, else its file. LOAD times a clip's decoding; a clip loaded before that is timed
+        on first use."""
         name = self.video_row(name)["name"]
-        return [self._read_cost(name, int(o), scaled) for o in self.clip_table(name)["ordinal"]]
+        return [self._read_cost(name, int(o), oracle) for o in self.clip_table(name)["ordinal"]]
 
-    def _read_cost(self, name: str, ordinal: int, scaled: bool):
-        """A clip's ReadCost: of its oracle rendition when `scaled` and it has one, else of
-        its file."""
-        key = (name, ordinal, scaled)
-        if key not in self._read_costs:
-            rendition = self.oracle_rendition(name, ordinal) if scaled else None
-            info = self.clip_info(name, ordinal) if rendition is None else rendition.info
-            folder = self.clip_dir(name, ordinal) if rendition is None else rendition.folder
+    def _read_cost(self, name: str, ordinal: int, oracle: Oracle) -> ReadCost:
+        rendition = self.oracle_rendition(name, ordinal, oracle, write=False)
+        if rendition is not None:
+            return self._timed(rendition.info, rendition.folder)
+        return self._file_cost(name, ordinal)
+
+    def _file_cost(self, name: str, ordinal: int) -> ReadCost:
+        return self._timed(self.clip_info(name, ordinal), self.clip_dir(name, ordinal))
+
+    def _timed(self, info, folder: Path) -> ReadCost:
+        """The ReadCost of the video `info` describes, its decoding timed once (kept in
+        `folder`)."""
+        if folder not in self._read_costs:
             saved = folder / DECODE_TIMING
             timing = load_timing(saved)
             if timing is None:
                 timing = measure_decode(info)
                 if not self.read_only:
                     save_timing(timing, saved)
-            self._read_costs[key] = ReadCost.of(info, timing)
-        return self._read_costs[key]
+            self._read_costs[folder] = ReadCost.of(info, timing)
+        return self._read_costs[folder]
+
+    def rendition_to_write(self, name: str, ordinal: int, oracle: Oracle,
+                           frames: np.ndarray) -> tuple[float, ReadCost] | None:
+        """(estimated seconds to write it, its estimated ReadCost) when a labelling call of
+        a clip's `frames` by `oracle` writes the clip's 'auto' oracle rendition first: one
+        that pays (`_auto_rendition`) and is not written yet, where reading `frames` from
+        the file would cost at least WRITE_SHARE of writing it (a decode of the clip and
+        the copy's encoding); else None. A call of a few frames (EXPLAIN timing a new
+        oracle, a short ERROR WITHIN round on a long video) reads the file."""
+        auto = self._auto_rendition(name, ordinal, oracle)
+        if auto is None or self.oracle_rendition(name, ordinal, oracle, write=False) is not None:
+            return None
+        file = self._file_cost(name, ordinal)
+        seconds = file.frame_count * (file.seconds_per_frame + auto[1].seconds_per_frame)
+        reading = file.seconds(file.decoded_in_order(frames))
+        return (seconds, auto[1]) if reading >= WRITE_SHARE * seconds else None
 
     def clip_infos(self, name: str) -> list:
         """Probe results of every clip in load order (each checked as clip_info does)."""
@@ -684,6 +730,7 @@ class Catalog:
             clips=("codec", "size"), codec=("codec", _agreed), size=("size", _agreed),
             fps=("fps", _rates))
         shown = videos.join(kinds, on="name")
+        shown["oracle_rendition"] = shown["oracle_rendition"].map(_shown_setting).astype("object")
         return shown[["name", "clips", "path", "codec", "size", "fps", "frame_count", "duration",
                       "oracle", "rendition", "oracle_rendition"]].astype(
             {"clips": "int64", "codec": "str", "size": "str", "fps": "str"})
@@ -889,20 +936,21 @@ class Catalog:
         def clip_batches(positions: np.ndarray, batch_size: int, kept):
             for o, local, _ in clip_map.pieces(positions):
                 self.check_clip(name, o, again=True)
-                yield from clip_pixels(self.oracle_input(name, o, oracle), int(clip_map.first[o]),
-                                       local, batch_size, kept)
+                write = self.rendition_to_write(name, o, oracle, local) is not None
+                yield from clip_pixels(self.oracle_input(name, o, oracle, write),
+                                       int(clip_map.first[o]), local, batch_size, kept)
 
         def batches(positions: np.ndarray, batch_size: int, kept=None):
             return closing(clip_batches(positions, batch_size, kept))
 
         return batches
 
-    def oracle_input(self, name: str, ordinal: int, oracle: Oracle) -> OracleInput:
-        """What `oracle` reads of a clip: its oracle rendition, with boxes scaled back to
-        the clip's pixels, when it has one and the oracle reads resized frames; else the
-        clip's file, shrunk and finished by the oracle (its `prepare`)."""
+    def oracle_input(self, name: str, ordinal: int, oracle: Oracle, write: bool = False) -> OracleInput:
+        """What `oracle` reads of a clip: its oracle rendition (`oracle_rendition`, which
+        `write` lets an 'auto' video write), with boxes scaled back to the clip's pixels;
+        else the clip's file, shrunk and finished by the oracle (its `prepare`)."""
         info = self.clip_info(name, ordinal)
-        rendition = self.oracle_rendition(name, ordinal) if oracle.reads_scaled else None
+        rendition = self.oracle_rendition(name, ordinal, oracle, write)
         size = (int(info.width), int(info.height))
         if rendition is None:
             return OracleInput(info, oracle.shrink, lambda small: oracle.prepare_shrunk(small, size),
@@ -912,27 +960,66 @@ class Catalog:
                            (int(rendition.info.width), int(rendition.info.height)),
                            int(info.frame_count))
 
-    def oracle_rendition(self, name: str, ordinal: int):
-        """The clip's oracle rendition (LOAD VIDEO ... WITH (oracle_rendition = px)), or None
-        when its video has none (opened, and its file probed, once per process). A lost or
-        damaged rendition folder is made again (a read-only database: refused)."""
-        long_side = _setting(self.video_row(name), "oracle_rendition")
-        if long_side is None:
+    def oracle_rendition(self, name: str, ordinal: int, oracle: Oracle, write: bool = False):
+        """The oracle rendition `oracle` reads of a clip, or None: an oracle that does not
+        read resized frames, a video loaded without one, or an 'auto' one that does not pay,
+        or is not written yet and not to be (`write`, never in a read-only database).
+        Opened, and its file probed, once per process. A lost or damaged rendition that
+        LOAD wrote is made again (a read-only database: refused)."""
+        setting = _setting(self.video_row(name), "oracle_rendition")
+        if setting is None or not oracle.reads_scaled:
             return None
-        key = (name, int(ordinal))
+        side = setting
+        if setting == AUTO:
+            auto = self._auto_rendition(name, ordinal, oracle)
+            if auto is None:
+                return None
+            side = auto[0]
+        folder = self.clip_dir(name, ordinal) / (ORACLE_RENDITION if setting != AUTO
+                                                  else f"{ORACLE_RENDITION}_{side}")
+        key = (name, int(ordinal), folder.name)
         if key not in self._renditions:
-            self._renditions[key] = self._open_oracle_rendition(name, ordinal, long_side)
+            rendition = self._whole_rendition(folder, required=setting != AUTO)
+            if rendition is None:
+                if setting == AUTO and (not write or self.read_only):
+                    return None
+                rendition = self._write_oracle_rendition(name, ordinal, folder, side)
+            self._renditions[key] = rendition
         return self._renditions[key]
 
-    def _open_oracle_rendition(self, name: str, ordinal: int, long_side: int):
-        folder = self.clip_dir(name, ordinal) / ORACLE_RENDITION
+    def _auto_rendition(self, name: str, ordinal: int, oracle: Oracle) -> tuple[int, ReadCost] | None:
+        """(long side, estimated ReadCost) of the 'auto' oracle rendition of a clip for
+        `oracle`, when its video is 'auto' and the rendition pays (`rendition_pays`); else
+        None. Only a detector whose input holds the frame at a long side that `oracle_size`
+        reproduces (a square letterbox) gets one: its labels on the rendition are then
+        those on the file, to the bit."""
+        if _setting(self.video_row(name), "oracle_rendition") != AUTO or not oracle.reads_scaled:
+            return None
+        info = self.clip_info(name, ordinal)
+        size = (int(info.width), int(info.height))
+        small = oracle.shrunk_size(*size)
+        side = max(small)
+        if oracle_size(*size, side) != small or small == size:
+            return None
+        file = self._file_cost(name, ordinal)
+        cost = rendition_cost(file, size, small, ORACLE_GOP)
+        return (side, cost) if rendition_pays(file, cost) else None
+
+    def _whole_rendition(self, folder: Path, required: bool):
+        """The complete oracle rendition in `folder`, or None; a read-only database refuses
+        a missing or damaged one that is `required` (LOAD wrote it)."""
         try:
             rendition = Rendition.load(folder)
             if rendition.info.frame_count == rendition.source_frame_count:  # probed: whole
                 return rendition
         except VideoError:
-            if self.read_only:
+            if self.read_only and required:
                 raise
+        return None
+
+    def _write_oracle_rendition(self, name: str, ordinal: int, folder: Path, side: int):
         info = self.clip_info(name, ordinal)
-        return make_oracle_rendition(info.path, folder, long_side, progress=self.progress,
-                                     info=info)
+        rendition = make_oracle_rendition(info.path, folder, side, progress=self.progress,
+                                          info=info)
+        save_timing(measure_decode(rendition.info), folder / DECODE_TIMING)
+        return rendition

@@ -1,0 +1,113 @@
+"""'auto' oracle renditions, a new video's default: an ONNX detector writes one at its own
+input size on its first labelling call, only for clips whose random reads cost at least
+RENDITION_GAIN times more than the rendition's would (the cost model of
+preprocess/readcost.py), and EXPLAIN prices writing it."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+import vidql
+from test_detector_decode import constant_onnx
+from vidql.base.errors import ParameterError
+from vidql.engine.catalog.catalog import ORACLE_RENDITION
+from vidql.preprocess.rendition import ORACLE_GOP
+from vidql.preprocess.testclip import write_counter_video
+
+SIDE = 64  # the test detector's square input
+FOLDER = f"{ORACLE_RENDITION}_{SIDE}"
+N = 720
+
+
+@pytest.fixture(scope="module")
+def detector(tmp_path_factory):
+    """A YOLOv8-layout ONNX detector with a 64x64 input that finds nothing."""
+    path = tmp_path_factory.mktemp("onnx") / "m.onnx"
+    constant_onnx(path, np.zeros((4 + 80, 84), dtype=np.float32), (SIDE, SIDE))
+    return path
+
+
+@pytest.fixture(scope="module")
+def long_gop(tmp_path_factory):
+    """640x360, one keyframe every 120 frames: a random read decodes 60 frames on average."""
+    return write_counter_video(tmp_path_factory.mktemp("v") / "long.mp4", N, 640, 360,
+                               gop=120, bframes=0)
+
+
+def load(db, clip, detector, option: str = "") -> None:
+    db.sql(f"LOAD VIDEO '{clip}' AS v{option}; CREATE ORACLE m FROM ONNX '{detector}' "
+           "WITH (layout = 'yolov8'); SET ORACLE v = m")
+
+
+def test_auto_writes_the_rendition_on_first_use_where_random_reads_are_costly(long_gop, detector,
+                                                                             tmp_path):
+    with vidql.connect(tmp_path / "db.duckdb", progress=False) as db:
+        load(db, long_gop, detector)
+        assert db.videos()["oracle_rendition"].iloc[0] == "auto"
+        folder = db.catalog.clip_dir("v", 0) / FOLDER
+        oracle = db.labels("v").oracle
+        [file] = db.catalog.read_costs("v", SimpleNamespace(reads_scaled=False))
+        [cost] = db.catalog.read_costs("v", oracle)  # the file's, until the rendition is written
+        assert cost is file and list(file.keyframes) == list(range(0, N, 120))
+        # a call of a few frames reads the file: EXPLAIN timing the new oracle on two frames
+        assert db.catalog.rendition_to_write("v", 0, oracle, np.array([100, 350])) is None
+        writing, planned = db.catalog.rendition_to_write("v", 0, oracle, np.arange(N))
+        assert list(planned.keyframes) == list(range(0, N, ORACLE_GOP))
+        assert planned.random_read_seconds() * 4 <= file.random_read_seconds()
+        assert writing >= N * file.seconds_per_frame
+        plan = db.sql("EXPLAIN SELECT count(*) FROM v WHERE objects('car') >= 1").df().iloc[0]
+        assert "includes writing the oracle rendition first" in plan["note"]
+        assert not folder.exists()
+        db.sql("SELECT count(*) FROM v WHERE frame < 16 AND objects('car') >= 1").df()
+        assert not folder.exists(), "16 frames of one GOP: read from the file"
+        db.sql("SELECT AVG(objects('car')) FROM v ORACLE BUDGET 60 SEED 1").df()
+        assert (folder / "rendition.mp4").is_file()
+        [written] = db.catalog.read_costs("v", oracle)
+        assert list(written.keyframes) == list(range(0, N, ORACLE_GOP))
+        assert db.catalog.rendition_to_write("v", 0, oracle, np.arange(N)) is None
+        assert db.catalog.oracle_input("v", 0, oracle).kept_size == (SIDE, 36)
+        again = db.sql("EXPLAIN SELECT count(*) FROM v WHERE objects('car') >= 1").df().iloc[0]
+        assert "oracle rendition" not in again["note"]
+
+
+def test_no_rendition_where_reads_are_cheap_or_none_is_asked(counter_clip, long_gop, detector,
+                                                             tmp_path):
+    """counter_clip (160x96, GOP 12): a copy at 64x38 would read no faster; 'none' never
+    writes one."""
+    for clip, option in ((counter_clip, ""), (long_gop, " WITH (oracle_rendition = 'none')")):
+        with vidql.connect(progress=False) as db:
+            load(db, clip, detector, option)
+            db.sql("SELECT count(*) FROM v WHERE frame < 16 AND objects('car') >= 1").df()
+            oracle = db.labels("v").oracle
+            assert db.catalog.oracle_rendition("v", 0, oracle) is None
+            assert not any(db.catalog.clip_dir("v", 0).glob(f"{ORACLE_RENDITION}*"))
+            assert db.catalog.rendition_to_write("v", 0, oracle, np.arange(96)) is None
+
+
+def test_a_read_only_database_reads_the_file_until_the_rendition_is_written(long_gop, detector,
+                                                                            tmp_path):
+    path = tmp_path / "db.duckdb"
+    with vidql.connect(path, progress=False) as db:
+        load(db, long_gop, detector)
+    with vidql.connect(path, read_only=True, progress=False) as db:
+        oracle = db.labels("v").oracle
+        assert db.catalog.oracle_rendition("v", 0, oracle) is None
+        assert db.catalog.oracle_input("v", 0, oracle).kept_size == (SIDE, 36)  # shrunk file
+
+
+def test_load_into_keeps_auto(long_gop, counter_clip, detector, tmp_path):
+    with vidql.connect(tmp_path / "db.duckdb", progress=False) as db:
+        load(db, long_gop, detector)
+        with pytest.raises(ParameterError, match="oracle_rendition = auto"):
+            db.sql(f"LOAD VIDEO '{counter_clip}' INTO v WITH (oracle_rendition = 'none')")
+        db.sql(f"LOAD VIDEO '{counter_clip}' INTO v WITH (oracle_rendition = 'auto')")
+        assert db.videos()["oracle_rendition"].iloc[0] == "auto"
+
+
+@pytest.mark.parametrize("value", ["'sometimes'", "0"])
+def test_oracle_rendition_option_values(counter_clip, value):
+    with vidql.connect(progress=False) as db:
+        with pytest.raises(ParameterError, match=r"oracle_rendition.*\[32, 4096\]"):
+            db.sql(f"LOAD VIDEO '{counter_clip}' AS v WITH (oracle_rendition = {value})")
