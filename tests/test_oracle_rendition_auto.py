@@ -1,9 +1,11 @@
 """'auto' oracle renditions, a new video's default: an ONNX detector writes one at its own
-input size on its first labelling call, only for clips whose random reads cost at least
-RENDITION_GAIN times more than the rendition's would (the cost model of
-preprocess/readcost.py), and EXPLAIN prices writing it."""
+input size, only for clips whose random reads cost at least RENDITION_GAIN times more than
+the rendition's would (the cost model of preprocess/readcost.py), in the labelling call
+whose file reads would bring its reads so far to the cost of writing it (rent or buy), and
+EXPLAIN prices writing it."""
 from __future__ import annotations
 
+import json
 from types import SimpleNamespace
 
 import numpy as np
@@ -12,7 +14,7 @@ import pytest
 import vidql
 from test_detector_decode import constant_onnx
 from vidql.base.errors import ParameterError
-from vidql.engine.catalog.catalog import ORACLE_RENDITION
+from vidql.engine.catalog.catalog import FILE_READS, ORACLE_RENDITION
 from vidql.preprocess.rendition import ORACLE_GOP
 from vidql.preprocess.testclip import write_counter_video
 
@@ -51,18 +53,25 @@ def test_auto_writes_the_rendition_on_first_use_where_random_reads_are_costly(lo
         [file] = db.catalog.read_costs("v", SimpleNamespace(reads_scaled=False))
         [cost] = db.catalog.read_costs("v", oracle)  # the file's, until the rendition is written
         assert cost is file and list(file.keyframes) == list(range(0, N, 120))
-        # a call of a few frames reads the file: EXPLAIN timing the new oracle on two frames
+        # a few frames (EXPLAIN timing the oracle), or even a scan (in file order: the copy
+        # would save nothing), read the file
         assert db.catalog.rendition_to_write("v", 0, oracle, np.array([100, 350])) is None
+        assert db.catalog.rendition_to_write("v", 0, oracle, np.arange(N)) is None
+        db.sql("SELECT count(*) FROM v WHERE frame < 16 AND objects('car') >= 1").df()
+        # rent or buy: 60 frames of the 6 GOPs read from the file (about 660 frames decoded)
+        # cost less than writing the copy (720 frames decoded and encoded at 1.1x) ...
+        db.sql("SELECT AVG(objects('car')) FROM v ORACLE BUDGET 60 SEED 1").df()
+        spent = json.loads((db.catalog.clip_dir("v", 0) / FILE_READS).read_text())[str(SIDE)]
         writing, planned = db.catalog.rendition_to_write("v", 0, oracle, np.arange(N))
         assert list(planned.keyframes) == list(range(0, N, ORACLE_GOP))
         assert planned.random_read_seconds() * 4 <= file.random_read_seconds()
-        assert writing >= N * file.seconds_per_frame
-        plan = db.sql("EXPLAIN SELECT count(*) FROM v WHERE objects('car') >= 1").df().iloc[0]
+        assert not folder.exists() and 600 * file.seconds_per_frame < spent < writing
+        # ... so the next sample, whose reads bring the total past it, writes it first
+        sql = "SELECT AVG(objects('car')) FROM v ORACLE BUDGET 120 SEED 2"
+        plan = db.sql(f"EXPLAIN {sql}").df().iloc[0]
         assert "includes writing the oracle rendition first" in plan["note"]
-        assert not folder.exists()
-        db.sql("SELECT count(*) FROM v WHERE frame < 16 AND objects('car') >= 1").df()
-        assert not folder.exists(), "16 frames of one GOP: read from the file"
-        db.sql("SELECT AVG(objects('car')) FROM v ORACLE BUDGET 60 SEED 1").df()
+        assert plan["estimated_decode_seconds"] >= writing
+        db.sql(sql).df()
         assert (folder / "rendition.mp4").is_file()
         [written] = db.catalog.read_costs("v", oracle)
         assert list(written.keyframes) == list(range(0, N, ORACLE_GOP))

@@ -25,6 +25,7 @@ from vidql.preprocess.readcost import (ReadCost, load_timing, measure_decode, re
                                        rendition_pays, save_timing)
 from vidql.preprocess.rendition import (LONG_SIDE, ORACLE_GOP, Rendition, make_oracle_rendition, make_rendition,
                                        oracle_size)
+from vidql.base.files import atomic_path
 from vidql.base.errors import CatalogError, OracleError, ParameterError, VideoError
 from vidql.engine.catalog.upgrade import upgrade_catalog
 from vidql.engine.labels.clips import ClipMap, clip_names, creation_timestamp, video_paths
@@ -116,7 +117,7 @@ ORACLE_RENDITION = "oracle_rendition"  # a clip's rendition at the oracle's inpu
 # that reads a clip writes one at its own input size where the clip's random reads are
 # costly (`rendition_pays`), on its first labelling call
 AUTO = 0
-WRITE_SHARE = 0.5  # 'auto' writes a rendition in a call whose file reads cost >= half of it
+FILE_READS = "file_reads.json"  # seconds an 'auto' rendition's oracle spent reading the file
 
 
 def oracle_rendition_setting(value) -> int | str | None:
@@ -586,18 +587,56 @@ class Catalog:
     def rendition_to_write(self, name: str, ordinal: int, oracle: Oracle,
                            frames: np.ndarray) -> tuple[float, ReadCost] | None:
         """(estimated seconds to write it, its estimated ReadCost) when a labelling call of
-        a clip's `frames` by `oracle` writes the clip's 'auto' oracle rendition first: one
-        that pays (`_auto_rendition`) and is not written yet, where reading `frames` from
-        the file would cost at least WRITE_SHARE of writing it (a decode of the clip and
-        the copy's encoding); else None. A call of a few frames (EXPLAIN timing a new
-        oracle, a short ERROR WITHIN round on a long video) reads the file."""
+        a clip's `frames` by `oracle` writes the clip's 'auto' oracle rendition first; else
+        None. Rent or buy: the rendition (one that pays, `_auto_rendition`, not written yet)
+        is written once the file reads of its oracle's calls so far, this one included
+        (estimated, kept in the clip's folder across processes), would reach what writing
+        it costs (a decode of the clip and the copy's encoding), which spends at most twice
+        the better of never and at once. A few frames (EXPLAIN timing a new oracle) or the
+        first short calls on a long video read the file."""
+        pending = self._pending_rendition(name, ordinal, oracle)
+        if pending is None:
+            return None
+        side, cost, seconds = pending
+        file = self._file_cost(name, ordinal)
+        reading = file.seconds(file.decoded_in_order(frames))
+        spent = self._file_reads(name, ordinal, side)
+        return (seconds, cost) if spent + reading >= seconds else None
+
+    def _pending_rendition(self, name: str, ordinal: int,
+                           oracle: Oracle) -> tuple[int, ReadCost, float] | None:
+        """(long side, estimated ReadCost, estimated seconds to write it) of a clip's 'auto'
+        oracle rendition for `oracle` that pays and is not written yet; else None."""
         auto = self._auto_rendition(name, ordinal, oracle)
         if auto is None or self.oracle_rendition(name, ordinal, oracle, write=False) is not None:
             return None
         file = self._file_cost(name, ordinal)
-        seconds = file.frame_count * (file.seconds_per_frame + auto[1].seconds_per_frame)
-        reading = file.seconds(file.decoded_in_order(frames))
-        return (seconds, auto[1]) if reading >= WRITE_SHARE * seconds else None
+        return (*auto, file.frame_count * (file.seconds_per_frame + auto[1].seconds_per_frame))
+
+    def _file_reads(self, name: str, ordinal: int, side: int) -> float:
+        """Estimated seconds the oracle of input `side` spent reading a clip's file so far."""
+        try:
+            return float(json.loads((self.clip_dir(name, ordinal) / FILE_READS).read_text())[str(side)])
+        except (OSError, ValueError, KeyError, TypeError):
+            return 0.0
+
+    def _count_file_reads(self, name: str, ordinal: int, oracle: Oracle, frames: np.ndarray) -> None:
+        """Add what reading `frames` of a clip's file costs to its pending 'auto' oracle
+        rendition's account (`rendition_to_write`)."""
+        pending = None if self.read_only else self._pending_rendition(name, ordinal, oracle)
+        if pending is None:
+            return
+        path = self.clip_dir(name, ordinal) / FILE_READS
+        try:
+            account = json.loads(path.read_text())
+        except (OSError, ValueError):
+            account = {}
+        account = account if isinstance(account, dict) else {}
+        file = self._file_cost(name, ordinal)
+        account[str(pending[0])] = self._file_reads(name, ordinal, pending[0]) + \
+            file.seconds(file.decoded_in_order(frames))
+        with atomic_path(path) as tmp:
+            Path(tmp).write_text(json.dumps(account))
 
     def clip_infos(self, name: str) -> list:
         """Probe results of every clip in load order (each checked as clip_info does)."""
@@ -937,6 +976,8 @@ class Catalog:
             for o, local, _ in clip_map.pieces(positions):
                 self.check_clip(name, o, again=True)
                 write = self.rendition_to_write(name, o, oracle, local) is not None
+                if not write:
+                    self._count_file_reads(name, o, oracle, local)
                 yield from clip_pixels(self.oracle_input(name, o, oracle, write),
                                        int(clip_map.first[o]), local, batch_size, kept)
 
