@@ -598,8 +598,9 @@ def _budget_proxy(b: Binding, stat, pred, report: Report, group=None) -> np.ndar
 
 
 def run_recall(proxy, is_true, c, conf: float, seed: int):
-    """RECALL TARGET: exact binomial test (default), adaptive with UP TO, or SUPG's normal
-    approximation with APPROXIMATE. Returns (result, how the guarantee holds)."""
+    """RECALL TARGET: randomized exact binomial test with the unspent labels trimming the
+    answer (default), adaptive with UP TO, or SUPG's normal approximation with APPROXIMATE.
+    Returns (result, how the guarantee holds)."""
     common = dict(target=c.recall_target, confidence=conf, seed=seed)
     if c.approximate:
         return (queries.recall_normal(proxy, is_true, budget=c.budget, **common),
@@ -608,7 +609,7 @@ def run_recall(proxy, is_true, c, conf: float, seed: int):
         result = queries.recall_adaptive(proxy, is_true, max_budget=c.budget, **common)
         return result, (f"finite-sample, adaptive: {result.details['labels_used']} labels "
                         f"of up to {c.budget}")
-    return queries.recall_binomial(proxy, is_true, budget=c.budget, **common), "finite-sample"
+    return queries.recall_randomized(proxy, is_true, budget=c.budget, **common), "finite-sample"
 
 
 def _run_selection(b: Binding, q: Query, seed: int, report: Report) -> pd.DataFrame:

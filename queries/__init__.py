@@ -8,6 +8,7 @@ from .budget import aggregate_budget
 from .stratified import abae_budget, aggregate_budget_grouped
 from .select_binomial import recall_adaptive, recall_binomial, recall_normal
 from .select_forecast import selection_forecast
+from .select_randomized import recall_randomized
 from .supg import supg_precision
 
 __all__ = [
@@ -15,6 +16,6 @@ __all__ = [
     "aggregate_error_bound", "aggregate_ratio_error_bound",
     "grouped_error_bound", "grouped_budget", "split_confidence",
     "aggregate_budget", "abae_budget", "aggregate_budget_grouped",
-    "limit_query", "recall_binomial", "recall_adaptive", "recall_normal", "supg_precision",
+    "limit_query", "recall_randomized", "recall_binomial", "recall_adaptive", "recall_normal", "supg_precision",
     "selection_forecast", "find_rare",
 ]

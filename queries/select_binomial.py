@@ -12,6 +12,8 @@ probability <= delta, so the cut m = r(c) + 1 has recall >= target with probabil
 >= 1 - delta. The answer is the top m plus the sampled positives, minus the sampled
 negatives (neither lowers recall). Fewer than ln(delta) / ln(target) positive draws
 certify nothing: the answer is then every frame except the sampled negatives.
+RECALL TARGET's default (select_randomized.py) randomizes this test and uses the labels
+that repeated draws leave unspent.
 """
 from __future__ import annotations
 
@@ -78,7 +80,7 @@ def binomial_cut(positive_ranks: np.ndarray, target: float, delta: float, n: int
     return n if c is None else int(np.sort(positive_ranks)[c - 1]) + 1
 
 
-def _ranking(proxy: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+def rank_by_proxy(proxy: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """Frames by decreasing proxy (random tie-break) and each frame's rank in that order."""
     order = proxy_order(proxy, rng)
     rank = np.empty(order.size, dtype=np.int64)
@@ -86,7 +88,8 @@ def _ranking(proxy: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, n
     return order, rank
 
 
-def _check(proxy, target, confidence, budget, seed):
+def check_recall_args(proxy, target, confidence, budget, seed):
+    """The recall selectors' arguments checked, and the seed's generator."""
     proxy = check_scores("proxy", proxy)
     # a 100% target is allowed: every frame but the sampled negatives is its answer
     target = check_fraction("target", target, inclusive_high=True)
@@ -95,7 +98,7 @@ def _check(proxy, target, confidence, budget, seed):
     return proxy, target, confidence, budget, make_rng(seed)
 
 
-class _Draws:
+class RecallDraws:
     """Draws with replacement, labelled once per distinct frame, in draw order."""
 
     def __init__(self, n: int, predicate: Callable, rng: np.random.Generator):
@@ -114,6 +117,14 @@ class _Draws:
         fresh = np.unique(new[~self.oracle.labelled[new]])
         if fresh.size:
             self.positive[fresh[as_flags(self.oracle(fresh), fresh.size)]] = True
+
+    def trim(self, order: np.ndarray, m: int, labels: int) -> None:
+        """Label up to `labels` unlabelled frames of the top m, lowest proxy first: the
+        answer drops those that are negative (the proxy makes them the likeliest ones)."""
+        unlabelled = order[:m][~self.oracle.labelled[order[:m]]]
+        frames = unlabelled[::-1][:max(labels, 0)]
+        if frames.size:
+            self.positive[frames[as_flags(self.oracle(frames), frames.size)]] = True
 
     def label_all(self) -> SelectionResult:
         """Every frame labelled: the exact answer (used when the budget covers them all)."""
@@ -149,12 +160,13 @@ def recall_binomial(proxy: np.ndarray, predicate: Callable[[np.ndarray], np.ndar
                     seed=0) -> SelectionResult:
     """Frames such that recall >= target with probability >= confidence, from `budget`
     uniform draws (at most `budget` oracle calls: repeated draws are free)."""
-    proxy, target, confidence, budget, rng = _check(proxy, target, confidence, budget, seed)
+    proxy, target, confidence, budget, rng = check_recall_args(proxy, target, confidence,
+                                                               budget, seed)
     n = proxy.size
-    draws = _Draws(n, predicate, rng)
+    draws = RecallDraws(n, predicate, rng)
     if budget >= n:
         return draws.label_all()
-    order, rank = _ranking(proxy, rng)
+    order, rank = rank_by_proxy(proxy, rng)
     draws.extend(budget)
     hits = draws.positive[draws.frames]
     m = binomial_cut(rank[draws.frames[hits]], target, 1.0 - confidence, n)
@@ -175,13 +187,13 @@ def recall_adaptive(proxy: np.ndarray, predicate: Callable[[np.ndarray], np.ndar
     """As recall_binomial, drawing in rounds on a fixed schedule of looks (each tested at
     delta / looks, so the guarantee holds at whichever look stops): stop once the certified
     set is within ADAPTIVE_SLACK x the estimated number of positives or the cap is spent."""
-    proxy, target, confidence, max_budget, rng = _check(proxy, target, confidence,
+    proxy, target, confidence, max_budget, rng = check_recall_args(proxy, target, confidence,
                                                        max_budget, seed)
     n = proxy.size
-    draws = _Draws(n, predicate, rng)
+    draws = RecallDraws(n, predicate, rng)
     if max_budget >= n:
         return draws.label_all()
-    order, rank = _ranking(proxy, rng)
+    order, rank = rank_by_proxy(proxy, rng)
     schedule = adaptive_schedule(max_budget)
     delta = (1.0 - confidence) / len(schedule)
     for total in schedule:
@@ -209,13 +221,14 @@ def recall_normal(proxy: np.ndarray, predicate: Callable[[np.ndarray], np.ndarra
     finds the cut m0 whose weighted recall estimate reaches the target, raises the target
     to UB(kept) / (UB(kept) + LB(missed)) with z = Phi^-1(1 - delta/2), and cuts where the
     estimate reaches that stricter target."""
-    proxy, target, confidence, budget, rng = _check(proxy, target, confidence, budget, seed)
+    proxy, target, confidence, budget, rng = check_recall_args(proxy, target, confidence,
+                                                               budget, seed)
     uniform_mix = check_fraction("uniform_mix", uniform_mix)
     n = proxy.size
-    draws = _Draws(n, predicate, rng)
+    draws = RecallDraws(n, predicate, rng)
     if budget >= n:
         return draws.label_all()
-    order, rank = _ranking(proxy, rng)
+    order, rank = rank_by_proxy(proxy, rng)
     q = sampling_distribution(proxy, uniform_mix)
     draws.extend(budget, q)
     weight = draws.positive[draws.frames] / (n * q[draws.frames])

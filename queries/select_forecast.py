@@ -1,7 +1,9 @@
 """What a RECALL/PRECISION TARGET would return, forecast from the proxy alone (EXPLAIN).
 
 The proxy is taken as calibrated: frame i is positive with probability clip(proxy_i, 0, 1).
-Recall targets use the binomial rule's expected cut (queries/select_binomial.py); precision
+Recall targets use the binomial rule's expected cut (queries/select_binomial.py): RECALL
+TARGET's default (queries/select_randomized.py) returns a subset of that rule's set, so the
+forecast is on the large side; precision
 targets dry-run the operator on labels drawn from the proxy (no oracle call).
 """
 from __future__ import annotations

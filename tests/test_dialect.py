@@ -480,7 +480,7 @@ def _run_operator(q) -> None:
         queries.limit_query(proxy, flags, k=q.limit, gap=c.gap or 0, seed=seed,
                             max_calls=c.budget)
     elif q.kind in ("select_recall", "select_precision"):
-        op = queries.recall_binomial if q.kind == "select_recall" else queries.supg_precision
+        op = queries.recall_randomized if q.kind == "select_recall" else queries.supg_precision
         target = c.recall_target if q.kind == "select_recall" else c.precision_target
         op(proxy, flags, target=target, confidence=conf, budget=c.budget, seed=seed)
     else:

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from vidql.base.errors import ParameterError
-from vidql.queries import (recall_adaptive, recall_binomial, recall_normal, selection_forecast,
-                           supg_precision)
+from vidql.queries import (recall_adaptive, recall_binomial, recall_normal, recall_randomized,
+                           selection_forecast, supg_precision)
 from vidql.queries.select_binomial import (adaptive_schedule, binomial_cut, critical_count,
                                            min_positive_draws)
 from vidql.queries.select_binomial import sampling_distribution
@@ -210,7 +210,8 @@ def test_binomial_cut_rule():
     assert binomial_cut(ranks[:20], target, delta, 5000) == 5000  # too few: everything
 
 
-def test_returned_set_rules_and_single_labelling():
+@pytest.mark.parametrize("op", [recall_binomial, recall_randomized])
+def test_returned_set_rules_and_single_labelling(op):
     proxy, labels = population(3)
     asked = []
 
@@ -218,7 +219,7 @@ def test_returned_set_rules_and_single_labelling():
         asked.extend(frames.tolist())
         return labels[frames]
 
-    res = recall_binomial(proxy, oracle, budget=500, seed=0)
+    res = op(proxy, oracle, budget=500, seed=0)
     sampled = np.array(asked)
     assert len(asked) == len(set(asked)) == res.oracle_calls <= 500
     returned = set(res.frames.tolist())
@@ -230,8 +231,9 @@ def test_returned_set_rules_and_single_labelling():
 
 def test_safe_answers_when_budget_is_too_small():
     proxy, labels = population(4, n=20000, rate=0.01, separation=0.5)
-    r = recall_binomial(proxy, lambda f: labels[f], budget=20, seed=0)
-    assert r.frames.size >= 20000 - 20 and "note" in r.details
+    for op in (recall_binomial, recall_randomized):
+        r = op(proxy, lambda f: labels[f], budget=20, seed=0)
+        assert r.frames.size >= 20000 - 20 and "note" in r.details
     p = supg_precision(proxy, lambda f: labels[f], target=0.99, budget=20, seed=0)
     # too few labels to bound an unlabelled frame: only labelled positives come back
     assert np.all(labels[p.frames]) and np.all(p.verified)
@@ -239,7 +241,7 @@ def test_safe_answers_when_budget_is_too_small():
 
 def test_exact_when_budget_covers_everything():
     proxy, labels = population(5, n=300)
-    for op in (recall_binomial, recall_adaptive, recall_normal, supg_precision):
+    for op in (recall_randomized, recall_binomial, recall_adaptive, recall_normal, supg_precision):
         budget = {"max_budget": 300} if op is recall_adaptive else {"budget": 300}
         res = op(proxy, lambda f: labels[f], **budget)
         assert np.array_equal(res.frames, np.flatnonzero(labels)) and res.details["exact"]
@@ -255,7 +257,7 @@ def test_sampling_distribution_copies_and_rank_normalises():
 
 def test_recall_target_of_100_percent_returns_all_but_sampled_negatives():
     proxy, labels = population(9, n=2000)
-    for op in (recall_binomial, recall_adaptive):
+    for op in (recall_randomized, recall_binomial, recall_adaptive):
         budget = {"max_budget": 500} if op is recall_adaptive else {"budget": 500}
         res = op(proxy, lambda f: labels[f], target=1.0, **budget)
         assert recall_of(res.frames, labels) == 1.0 and "note" in res.details
@@ -267,7 +269,7 @@ def test_recall_target_of_100_percent_returns_all_but_sampled_negatives():
     (dict(budget=5), "budget"),
 ])
 def test_parameter_errors(kwargs, message):
-    for op in (recall_binomial, recall_normal, supg_precision):
+    for op in (recall_randomized, recall_binomial, recall_normal, supg_precision):
         with pytest.raises(ParameterError, match=message):
             op(np.linspace(0, 1, 100), lambda f: np.zeros(f.size, bool), **kwargs)
 

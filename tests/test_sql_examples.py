@@ -179,7 +179,7 @@ def test_python_api_mirrors_sql(night):
     bus = set(np.flatnonzero(true_values(truth, "contains('bus')") > 0))
     sel = video.where(contains("bus")).using(seed=4).select(recall=0.9, confidence=0.95, budget=1000)
     assert len(set(sel.df()["frame"]) & bus) >= 0.9 * len(bus)
-    assert sel.report.operator == "recall target (binomial)" and sel.report.oracle_calls + sel.report.cache_hits <= 1000
+    assert sel.report.operator == "recall target (binomial, randomized)" and sel.report.oracle_calls + sel.report.cache_hits <= 1000
     lim = video.where(objects("car") >= 5).limit(3, gap=100)
     assert len(lim.df()) == 3 and lim.df()["verified"].all()
     rare = video.where(contains("bus")).using(seed=4).find_rare(budget=100)
