@@ -31,7 +31,7 @@ HD_GOP = 120
 CLIPS = (("hangzhou_junction_720p.mp4", "truck"), ("residential_street.mp4", "truck"))
 HD_SOURCE = "residential_street.mp4"
 # LOAD's oracle_rendition for the HD clip's other runs: YOLOX-Nano's input side, and none
-WRITTEN, FILE_ONLY = "416", "none"
+WRITTEN, FILE_ONLY = 416, "none"
 NEEDS_SHARED = "needs ../shared (yolox_nano.onnx, real clips)"
 
 
@@ -84,7 +84,7 @@ def real_inputs(ctx: BenchContext) -> tuple[Path, Path, Path] | None:
     return model, data, hd
 
 
-def indexed_database(work: Path, clip: Path, model: Path, rendition: str | None) -> Path:
+def indexed_database(work: Path, clip: Path, model: Path, rendition: int | str | None) -> Path:
     """A database at work/base.db with `clip` as `v` (LOAD's oracle_rendition option
     `rendition`, if given), YOLOX-Nano as its oracle and a default TASTI index (whose build
     labels a few frames and times the oracle, and may write the clip's 'auto' rendition)."""
@@ -92,7 +92,7 @@ def indexed_database(work: Path, clip: Path, model: Path, rendition: str | None)
     work.mkdir(parents=True)
     path = work / "base.db"
     with vidql.connect(path, progress=False) as db:
-        options = f" WITH (oracle_rendition = '{rendition}')" if rendition else ""
+        options = f" WITH (oracle_rendition = {rendition!r})" if rendition else ""
         db.sql(f"LOAD VIDEO '{clip}' AS v{options}; CREATE ORACLE yolox FROM ONNX '{model}'; "
                "SET ORACLE v = yolox; CREATE INDEX v_idx ON v USING TASTI")
     return path
@@ -135,6 +135,7 @@ def measure(path: Path, sql: str) -> dict:
             "decode_wait": float(report.seconds.get("decode", 0.0)),
             "oracle_seconds": float(report.oracle_seconds),
             "explain_seconds": float(plan["estimated_seconds"] or np.nan),
+            "explain_decode_seconds": float(plan["estimated_decode_seconds"] or 0.0),
             "explain_calls": int(plan["estimated_oracle_calls"]),
             "explain_scan_seconds": float(plan["exact_scan_seconds"] or np.nan),
             "physical_limit": limit, "per_label": wall / max(int(report.oracle_calls), 1),
@@ -143,7 +144,7 @@ def measure(path: Path, sql: str) -> dict:
 
 
 def clip_rows(ctx: BenchContext, clip: Path, thing: str, model: Path,
-              rendition: str | None = None) -> list[dict]:
+              rendition: int | str | None = None) -> list[dict]:
     """The exact scan and every approximate kind on one clip, each on a fresh copy."""
     name = clip.stem + (f" (oracle_rendition {rendition})" if rendition else "")
     base = indexed_database(ctx.out_dir / "real" / name.replace(" ", "_"), clip, model, rendition)

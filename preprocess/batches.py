@@ -10,7 +10,7 @@ from tqdm import tqdm
 
 from vidql.base.errors import ParameterError
 from vidql.preprocess.gpu import DeviceTransform, dali_frame_batches
-from vidql.preprocess.pipeline import Batch, Pipeline, located
+from vidql.preprocess.pipeline import Batch, DecodeStats, Pipeline, located
 from vidql.preprocess.placement import Placement, plan_placement
 from vidql.preprocess.source import as_source
 from vidql.preprocess.transforms import FrameSpec
@@ -19,8 +19,8 @@ from vidql.preprocess.transforms import FrameSpec
 def frame_batches(source, *, size: tuple[int, int] | None = None, batch_size: int = 64,
                   frames=None, workers: int | None = None, spec: FrameSpec | None = None,
                   transform: Callable | None = None, normalize=None, placement=None,
-                  memory_budget: int = 512 << 20,
-                  decoder_nice: int | None = None) -> Iterator[tuple[np.ndarray, Any]]:
+                  memory_budget: int = 512 << 20, decoder_nice: int | None = None,
+                  stats: DecodeStats | None = None) -> Iterator[tuple[np.ndarray, Any]]:
     """Yield (original frame numbers, batch) for one video, in frame order.
 
     `source` is a path, VideoInfo or Rendition (frame numbers are the original video's);
@@ -29,14 +29,16 @@ def frame_batches(source, *, size: tuple[int, int] | None = None, batch_size: in
     `placement` ("auto", "cpu", "cuda", "dali" or a `Placement`) puts resize/normalise
     (and decode) on the GPU; None keeps everything on the CPU without measuring.
     `memory_budget`: bytes of decoded frames the pipeline may hold ahead of the consumer;
-    `decoder_nice`: the decoders' priority below the caller's (see `Pipeline`).
+    `decoder_nice`: the decoders' priority below the caller's (see `Pipeline`); `stats`:
+    a DecodeStats the CPU decoders' work is added to.
     """
     args = placed_args(source, size, spec, transform, normalize, placement, workers, frames, batch_size)
     if "dali" in args:
         yield from args["dali"]
         return
     with Pipeline(source, batch_size=batch_size, frames=frames, workers=workers,
-                  memory_budget=memory_budget, decoder_nice=decoder_nice, **args) as pipeline:
+                  memory_budget=memory_budget, decoder_nice=decoder_nice, stats=stats,
+                  **args) as pipeline:
         for batch in pipeline:
             yield batch.indices, batch.frames
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import queue
 import threading
+import time
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -96,6 +97,16 @@ def lower_thread_priority(steps: int) -> None:
             pass  # not allowed here: decode at normal priority
 
 
+@dataclass
+class DecodeStats:
+    """What decoders did, added up over pipelines: seconds spent decoding and converting
+    frames (not waiting for room downstream), and frames decoded (a GOP's lead-in to the
+    frames wanted included)."""
+
+    seconds: float = 0.0
+    frames: int = 0
+
+
 class Pipeline:
     """Frames of one or more videos, decoded in parallel and delivered as ordered `Batch`es.
 
@@ -106,14 +117,16 @@ class Pipeline:
     decoder_nice: how many steps nicer than the caller they run (beside a consumer that
     needs whole cores: DECODER_NICE); both as `decoder_threads` advises when None;
     max_batches: how many batches may wait between stages; decoder_options: FFmpeg decoder
-    options such as {"skip_loop_filter": "all"} (faster, no longer frame-exact).
+    options such as {"skip_loop_filter": "all"} (faster, no longer frame-exact);
+    stats: a DecodeStats the decoders' work is added to when the pipeline closes.
     """
 
     def __init__(self, sources, *, size: tuple[int, int] | None = None, spec: FrameSpec | None = None,
                  batch_size: int = 64, frames=None, transform: Callable | None = None,
                  workers: int | None = None, transform_workers: int = 1, max_batches: int = 4,
                  chunk_frames: int | None = None, memory_budget: int = 512 << 20,
-                 decoder_options: dict[str, str] | None = None, decoder_nice: int | None = None):
+                 decoder_options: dict[str, str] | None = None, decoder_nice: int | None = None,
+                 stats: DecodeStats | None = None):
         if batch_size < 1:
             raise ParameterError(f"batch_size must be at least 1, got {batch_size}")
         single = not isinstance(sources, (list, tuple))
@@ -162,6 +175,8 @@ class Pipeline:
         self.decoder_threads = 1 if even else 0
         self.workers = min(self.workers, max(1, len(self.chunks)))
         self._decoded = [0] * self.workers  # frames decoded and converted, per decoder
+        self.stats = stats
+        self._work = [DecodeStats() for _ in range(self.workers)]  # per decoder
         self._threads: list[threading.Thread] = []
         self._stop = threading.Event()
         self._started = False
@@ -194,6 +209,11 @@ class Pipeline:
         for thread in self._threads:
             thread.join()
         self._threads.clear()
+        if self.stats is not None:
+            for work in self._work:
+                self.stats.seconds += work.seconds
+                self.stats.frames += work.frames
+            self._work = [DecodeStats() for _ in self._work]
 
     @property
     def decoded_frames(self) -> int:
@@ -299,17 +319,24 @@ class Pipeline:
         width, height = self.spec.output_size(source.info.width, source.info.height)
         shape = (self._piece, height, width, self.spec.channels)
         names, piece, filled = np.empty(self._piece, dtype=np.int64), np.empty(shape, dtype=np.uint8), 0
-        for index, frame in reader.iter_frames(chunk.targets):
-            if self._stop.is_set():
-                return
-            names[filled] = index
-            piece[filled] = self.spec.apply(frame, reader.reformatter)
-            self._decoded[worker] += 1
-            filled += 1
-            if filled == self._piece:
-                if not self._put(out, ("frames", names, piece)):
+        work, before, start = self._work[worker], reader.decoded, time.perf_counter()
+        try:
+            for index, frame in reader.iter_frames(chunk.targets):
+                if self._stop.is_set():
                     return
-                names, piece, filled = np.empty(self._piece, dtype=np.int64), np.empty(shape, dtype=np.uint8), 0
+                names[filled] = index
+                piece[filled] = self.spec.apply(frame, reader.reformatter)
+                self._decoded[worker] += 1
+                filled += 1
+                if filled == self._piece:
+                    work.seconds += time.perf_counter() - start
+                    if not self._put(out, ("frames", names, piece)):
+                        return
+                    start = time.perf_counter()
+                    names, piece, filled = np.empty(self._piece, dtype=np.int64), np.empty(shape, dtype=np.uint8), 0
+            work.seconds += time.perf_counter() - start
+        finally:
+            work.frames += reader.decoded - before
         if filled:
             self._put(out, ("frames", names[:filled], piece[:filled]))
         self._put(out, ("end",))

@@ -10,7 +10,7 @@ import pytest
 import vidql
 from vidql.preprocess import FrameReader
 from vidql.preprocess.probe import probe_video
-from vidql.preprocess.readcost import DecodeTiming, ReadCost, load_timing, measure_decode
+from vidql.preprocess.readcost import DecodeTiming, ReadCost, load_timing, measure_decode, save_timing
 from vidql.preprocess.testclip import write_counter_video
 
 N, GOP = 120, 24
@@ -81,3 +81,21 @@ def test_random_read_cost_and_when_a_rendition_pays():
     assert rendition_pays(camera, small)  # about 27x
     webcam = ReadCost(np.arange(0, 1200, 12), 1200, 0.0005)  # 320x240, GOP 12
     assert not rendition_pays(webcam, rendition_cost(webcam, (320, 240), (416, 312), 8))
+
+
+def test_a_query_that_decodes_enough_frames_keeps_its_decode_time(clip, tmp_path, oracle_module):
+    """LOAD's few timed frames are replaced by what a labelling call measured decoding at
+    least 48 frames (a call of fewer keeps them): a made-up 1 s a frame is corrected."""
+    with vidql.connect(tmp_path / "db.db", progress=False) as db:
+        db.sql(f"LOAD VIDEO '{clip.path}' AS v; CREATE ORACLE bright FROM PYTHON "
+               "'vq_test_oracle:BrightnessOracle'; SET ORACLE v = bright")
+        saved = db.catalog.clip_dir("v", 0) / "decode.json"
+        save_timing(DecodeTiming(1.0, 48, 160, 96), saved)
+    with vidql.connect(tmp_path / "db.db", progress=False) as db:
+        db.sql("SELECT count(*) FROM v WHERE frame < 20 AND objects('car') >= 1").df()
+        assert load_timing(saved).seconds_per_frame == 1.0
+        db.sql("SELECT count(*) FROM v WHERE frame >= 40 AND objects('car') >= 1").df()
+        learned = load_timing(saved)
+        [cost] = db.catalog.read_costs("v", PLAIN)
+    assert learned.frames_timed == N - 24 and learned.seconds_per_frame < 0.1  # from keyframe 24
+    assert cost.seconds_per_frame == learned.seconds_per_frame

@@ -17,7 +17,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from vidql.preprocess import frame_batches
+from vidql.preprocess import DecodeStats, frame_batches
 from vidql.preprocess.source import as_source
 
 STORE_BYTES = 256 << 20  # decoded frames a query may hold for its later draws
@@ -99,23 +99,25 @@ class OracleInput:
 
 
 def clip_pixels(clip: OracleInput, first: int, local: np.ndarray, batch_size: int,
-                kept: DecodedFrames | None) -> Iterator[tuple[np.ndarray, object]]:
+                kept: DecodedFrames | None, stats: DecodeStats | None = None
+                ) -> Iterator[tuple[np.ndarray, object]]:
     """(global positions, prepared batch) of one clip's frames `local` (ascending, numbered
     within the clip, whose first frame is global position `first`): those `kept` holds
     from memory, the rest decoded in file order, with `kept`'s planned frames of the GOPs
-    decoded (as many as fit) decoded on the way and kept. Batches are full but the last."""
+    decoded (as many as fit) decoded on the way and kept. Batches are full but the last.
+    The decoding's work is added to `stats`."""
     found, frames = kept.take(first + local) if kept is not None else (local[:0], [])
     local = local[~np.isin(first + local, found)]
     extra = _extra_frames(clip, first, local, kept)
     if not len(extra) and not len(found):  # as the oracle's `prepare`, ahead of it
         finish = lambda frames: clip.finish(clip.shrink(frames))  # noqa: E731
         with closing(frame_batches(clip.source, frames=local, batch_size=batch_size, workers=1,
-                                   transform=finish)) as batches:
+                                   transform=finish, stats=stats)) as batches:
             for ids, pixels in batches:
                 yield np.asarray(ids, dtype=np.int64) + first, pixels
         return
     ids = found
-    for got, small in _shrunk(clip, np.union1d(local, extra), batch_size):
+    for got, small in _shrunk(clip, np.union1d(local, extra), batch_size, stats):
         ahead = np.isin(got, extra)
         kept.keep(first + got[ahead], small[ahead])
         ids, frames = np.concatenate([ids, first + got[~ahead]]), frames + list(small[~ahead])
@@ -126,13 +128,13 @@ def clip_pixels(clip: OracleInput, first: int, local: np.ndarray, batch_size: in
         yield ids, clip.finish(np.stack(frames))
 
 
-def _shrunk(clip: OracleInput, local: np.ndarray, batch_size: int
+def _shrunk(clip: OracleInput, local: np.ndarray, batch_size: int, stats: DecodeStats | None
             ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """(frames, shrunk pixels) of a clip's frames `local`, decoded in file order."""
     if not len(local):
         return
     with closing(frame_batches(clip.source, frames=local, batch_size=batch_size, workers=1,
-                               transform=clip.shrink)) as batches:
+                               transform=clip.shrink, stats=stats)) as batches:
         for got, small in batches:
             yield np.asarray(got, dtype=np.int64), small
 
