@@ -75,5 +75,6 @@ def selection_forecast(proxy: np.ndarray, kind: str, target: float, confidence: 
                budget_for_2x=_precision_budget_for(proxy, target, confidence, positives / 2, n),
                budget_for_5x=_precision_budget_for(proxy, target, confidence, positives / 5, n))
     if size == 0:
-        out["note"] = "budget too small to certify any cutoff: only sampled positives return"
+        out["note"] = ("no positive expected among the frames this budget labels (the top ones by "
+                       "proxy) nor a certified cutoff: the set is likely empty")
     return out
