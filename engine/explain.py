@@ -81,6 +81,16 @@ def _note_writing(plan: Price, report: Report) -> None:
         report.details["seconds"] = "; ".join(filter(None, [report.details.get("seconds"), note]))
 
 
+def _rare_rounds(b: Binding, q: Query, calls: int) -> list[np.ndarray]:
+    """FIND RARE's labelling calls as EXPLAIN prices them: rounds of RARE_BATCH frames in
+    the predicate proxy's order (its first round's; later rounds' classifier and the
+    flood-fill around positives keep to such frames and their neighbours, whose GOPs a
+    uniform sample of as many frames would not share)."""
+    order = b.population[np.argsort(-b.proxy(predicate_expr(q)), kind="stable")]
+    fresh = order[~np.isin(order, b.cache.labelled_frames)][:calls]
+    return [fresh[i:i + queries.RARE_BATCH] for i in range(0, fresh.size, queries.RARE_BATCH)]
+
+
 def _planned_draws(rounds: list[np.ndarray], fresh: np.ndarray, cap: int | None) -> np.ndarray:
     """ERROR WITHIN's draw order as the engine is told it: the dry run's draws, then the
     other frames not labelled yet in a random order (the rest of its permutation), up to
@@ -163,7 +173,8 @@ def _estimate_approximate(b: Binding, q: Query, report: Report
                                       "share of frames already labelled")
         if q.kind == "aggregate_budget" and not q.group_by:
             _advise_budget(b, q, report)
-        return round(min(int(c.budget), b.n) * (1.0 - StandIn.cached_share(b))), None
+        calls = round(min(int(c.budget), b.n) * (1.0 - StandIn.cached_share(b)))
+        return calls, _rare_rounds(b, q, calls) if q.kind == "rare" else None
     stand_in = StandIn.build(b)
     if stand_in is None:
         report.details["estimate"] = (

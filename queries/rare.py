@@ -25,6 +25,7 @@ from .results import RareResult
 from .validation import check_int, check_scores, make_rng
 
 POOLS = ("all", "seals")
+RARE_BATCH = 50  # frames a round labels (by the classifier's scores)
 
 
 def _clusters(frames: np.ndarray, radius: int) -> list[np.ndarray]:
@@ -67,7 +68,7 @@ class _SealsPool:
 
 def find_rare(embeddings: np.ndarray, predicate: Callable[[np.ndarray], np.ndarray], *,
               budget: int = 500, seed=0, radius: int = 5, proxy: np.ndarray | None = None,
-              batch: int = 50, max_rounds: int | None = None, patience: int | None = None,
+              batch: int = RARE_BATCH, max_rounds: int | None = None, patience: int | None = None,
               candidate_pool: str = "all", k_seals: int = 50,
               regularization: float = 1.0) -> RareResult:
     """Find as many distinct frames where `predicate` holds as `budget` oracle calls allow.

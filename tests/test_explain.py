@@ -275,3 +275,24 @@ def test_pricing_a_query_leaves_its_report_as_it_was(long_gop):
     again = db.sql(sql)
     assert again.report.operator.startswith("aggregate") and again.report.oracle_calls == 0
     assert again.report.cache_hits == again.df()["labels_used"].iloc[0]
+
+
+def test_explain_prices_find_rare_along_the_proxy(long_gop):
+    """FIND RARE labels top-proxy frames and their neighbours in rounds of RARE_BATCH, not a
+    uniform sample: EXPLAIN prices decoding its budget's top-proxy frames (not labelled
+    yet) round by round."""
+    from vidql.engine.planner import Binding, predicate_expr
+    from vidql.engine.pricing import decode_seconds
+    from vidql.engine.sql.dialect import parse
+    from vidql.queries import RARE_BATCH
+
+    db, _ = long_gop
+    db.sql("CREATE INDEX gi ON g USING TASTI WITH (embedder = 'pixel')")
+    sql = "SELECT frame FROM g WHERE objects('car') >= 2 FIND RARE ORACLE BUDGET 120"
+    plan = db.sql(f"EXPLAIN {sql}").df().iloc[0]
+    b = Binding(db, parse(sql))
+    order = b.population[np.argsort(-b.proxy(predicate_expr(b.q)), kind="stable")]
+    top = order[~np.isin(order, b.cache.labelled_frames)][:plan["estimated_oracle_calls"]]
+    rounds = [decode_seconds(db.catalog, "g", b.cache, top[i:i + RARE_BATCH]).seconds
+              for i in range(0, top.size, RARE_BATCH)]
+    assert plan["estimated_decode_seconds"] == pytest.approx(sum(rounds))
