@@ -254,8 +254,8 @@ class TastiIndex:
 
         `embedder` (None: `default_embedder`): 'efficientnet' embeds with ImageNet
         EfficientNet-Lite0's grid features (`weights` or the packaged file) on their
-        principal components, fitted on the first frames (`fit_efficientnet_embeddings`),
-        read best at the short side EMBEDDER_SHORT_SIDE gives, and its proxies add a linear
+        principal components, fitted on frames spread over the video
+        (`fit_efficientnet_embeddings`), read best at the short side EMBEDDER_SHORT_SIDE gives, and its proxies add a linear
         probe (`linear_readout`). 'triplet' trains a compact CNN with triplet loss on `train`
         frames chosen by farthest-point-first over a mining embedding (pretrained ResNet-18
         when local weights exist, else the pixel embedding) together with the random

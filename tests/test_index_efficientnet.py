@@ -18,7 +18,7 @@ from vidql.datasets import read_labels
 from vidql.engine.sql.framestat import evaluate, frame_statistic
 from vidql.indexes import TastiIndex
 from vidql.indexes.embedders import (Projection, find_efficientnet_weights,
-                                     fit_efficientnet_embeddings)
+                                     fit_efficientnet_embeddings, spread_frames)
 from vidql.indexes.network import to_tensor
 from vidql.indexes.tasti import default_embedder, linear_readout
 
@@ -105,12 +105,32 @@ def test_the_projection_is_fitted_saved_and_used_for_appended_frames(tmp_path):
 
 
 @needs_weights
-def test_the_projection_is_fitted_on_the_first_frames_and_chunks_elsewhere_embed_alike():
+def test_the_projection_is_fitted_on_frames_spread_over_the_video_and_every_frame_embeds():
     toy = ToyTraffic(n_frames=150, seed=4)
-    options = dict(size=(96, 64), dim=8, seed=0, fit_frames=100, progress=False)
+    toy.frames[75:] //= 3  # dusk falls halfway: the first frames alone miss it
+    rows, projection = fit_efficientnet_embeddings(toy, size=(96, 64), dim=8, seed=0,
+                                                   fit_frames=50, progress=False)
+    sample = spread_frames(150, 50)
+    assert sample[0] == 0 and sample[-1] >= 147 and np.all(np.diff(sample) == 3)
+    with torch.inference_mode():
+        x = to_tensor(toy.read(np.arange(150), size=(96, 64)), "cpu", lite.MEAN, lite.STD)
+        features = lite.GridEmbedder(lite.packaged_weights())(x).numpy()
+    scale = np.abs(features).max()
+    assert np.allclose(projection.mean, features[sample].mean(axis=0), atol=1e-4 * scale)
+    assert not np.allclose(projection.mean, features[:50].mean(axis=0), atol=1e-2 * scale)
+    # the sample's rows (made in the fitting pass) and the others' (the second) alike
+    expected = projection.project(features)
+    assert np.allclose(rows, expected, rtol=1e-4, atol=1e-4 * np.abs(expected).max())
+    assert spread_frames(40, 50).tolist() == list(range(40))
+
+
+@needs_weights
+def test_a_projection_fitted_on_every_frame_and_chunks_elsewhere_embed_alike():
+    toy = ToyTraffic(n_frames=150, seed=4)
+    options = dict(size=(96, 64), dim=8, seed=0, fit_frames=200, progress=False)
     rows, projection = fit_efficientnet_embeddings(toy, **options)
-    head = np.cov(rows[:100], rowvar=False)  # the fitted frames: on their principal axes
-    assert np.abs(head - np.diag(np.diag(head))).max() < 1e-3 * head.max()
+    fitted = np.cov(rows, rowvar=False)  # the fitted frames: on their principal axes
+    assert np.abs(fitted - np.diag(np.diag(fitted))).max() < 1e-3 * fitted.max()
     chunks = [(0, 64), (64, 150)]
     chunked, again = fit_efficientnet_embeddings(
         toy, chunk_map=lambda fn, _: ((a, b, fn(a, b)) for a, b in chunks), **options)
