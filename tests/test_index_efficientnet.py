@@ -57,7 +57,11 @@ def test_default_index_embeds_with_efficientnet_and_new_frames_embed_the_same(tm
     index = TastiIndex.build(toy, CountingOracle(toy.labels), reps=40, size=(96, 64), dim=32,
                              progress=False)
     assert index.config["embedder"] == "efficientnet" and "note" not in index.stats
-    assert index.embeddings.shape == (240, 32) and index.stats["oracle_calls"] == 40
+    assert index.stats["oracle_calls"] == 40
+    # the class counts read off the 32 principal components, appended to them
+    classes = sorted(index.labels["label"].unique())
+    assert index.stats["count_classes"] == classes
+    assert index.embeddings.shape == (240, 32 + len(classes))
     index.save(tmp_path / "idx")
     loaded = TastiIndex.load(tmp_path / "idx")
     again = loaded.load_encoder().embed(toy, 200, 240, size=(96, 64), progress=False)
@@ -86,7 +90,8 @@ def test_the_projection_is_fitted_saved_and_used_for_appended_frames(tmp_path):
     index = TastiIndex.build(Prefix(toy, 200), CountingOracle(toy.labels), reps=40,
                              size=(96, 64), dim=16, progress=False)
     # principal components, strongest first: the embedding's columns are uncorrelated
-    cov = np.cov(np.asarray(index.embeddings), rowvar=False)
+    # (but for the class counts read off them, appended)
+    cov = np.cov(np.asarray(index.embeddings)[:, :16], rowvar=False)
     assert np.abs(cov - np.diag(np.diag(cov))).max() < 1e-3 * cov.max()
     assert np.all(np.diff(np.diag(cov)) <= 1e-6 * cov.max())
     index.save(tmp_path / "idx")
@@ -94,7 +99,7 @@ def test_the_projection_is_fitted_saved_and_used_for_appended_frames(tmp_path):
     loaded = TastiIndex.load(tmp_path / "idx")
     saved = loaded.load_encoder().model
     assert np.array_equal(saved.components, index.encoder.model.components)
-    assert saved.components.shape == (lite.GRID_FEATURES, 16)
+    assert saved.components.shape == (lite.GRID_FEATURES, 16 + len(index.stats["count_classes"]))
     assert loaded.extend(toy, CountingOracle(toy.labels), reps=5, progress=False) == 40
     fresh = TastiIndex.load(tmp_path / "idx").load_encoder().embed(toy, 200, 240, size=(96, 64),
                                                                    progress=False)
