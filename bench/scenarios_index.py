@@ -5,8 +5,10 @@ every call counted) and on the real clips in ../shared/data (their detector labe
 oracle), each with the index's default sizes (2% of the frames labelled, at least 50), side
 by side with the same oracle budget:
   - vidql: the default index, over ImageNet EfficientNet-Lite0 features (2x2 grid, on
-    their principal components) with a linear probe beside the neighbours' average (one build serves every
-    statistic);
+    their principal components fitted on frames spread over the video, with the class
+    counts a ridge regression reads off them appended) with a linear probe beside the
+    neighbours' average (one build serves every statistic); its ablation rows ("without
+    counts in distances") score the same index with distances on the components alone;
   - triplet index: the same index over a small CNN trained with triplet loss on the
     labelled frames (the default where the EfficientNet weights are not installed);
   - pixel index: the same index over a thumbnail-PCA embedding, no training;
@@ -32,7 +34,7 @@ from sklearn.metrics import roc_auc_score
 from vidql.bench.plots import comparison_plot
 from vidql.bench.registry import BenchContext, ScenarioResult, scenario
 from vidql.engine.sql.framestat import evaluate
-from vidql.indexes import CompactCNN, TastiIndex, embed_source, propagate
+from vidql.indexes import CompactCNN, TastiIndex, embed_source, nearest, propagate
 from vidql.indexes.embedders import efficientnet_embedder, network_embedder
 from vidql.indexes.tasti import EMBEDDER_SHORT_SIDE
 from vidql.indexes.network import cpu_threads, to_tensor
@@ -223,6 +225,8 @@ def compare(name: str, source, detections: pd.DataFrame, n_frames: int, budget: 
                            "training": {k: index.stats.get(k) for k in (
                                "triplets", "best_at_triplets", "held_out_loss")}}
         if method == VIDQL:
+            figures[method]["without_counts"] = without_counts(index, truths, statistics,
+                                                               held_out)
             figures[method]["propagation_s"] = _time_fresh_propagation(index)
             figures[method]["embedding_rates"] = embedding_pass_rates(source, index, read_at)
             if crack:
@@ -243,6 +247,22 @@ def compare(name: str, source, detections: pd.DataFrame, n_frames: int, budget: 
     return _rows(name, figures, statistics), figures
 
 
+def without_counts(index: TastiIndex, truths: dict, statistics: dict, held_out: np.ndarray
+                   ) -> dict | None:
+    """Ablation: the quality of the same index (representatives, labels) with distances on
+    the principal components alone, without the class counts appended to them
+    (`count_space`); None when none were appended."""
+    classes = index.stats.get("count_classes")
+    if not classes:
+        return None
+    emb = np.ascontiguousarray(index.embeddings[:, :index.embeddings.shape[1] - len(classes)])
+    distances, positions = nearest(emb, emb[index.rep_frames], index.k)
+    plain = TastiIndex(embeddings=emb, rep_frames=index.rep_frames, labels=index.labels,
+                       distances=distances, positions=positions, k=index.k, config=index.config)
+    proxies = {expr: plain.proxy(frame_statistic(expr)) for expr in statistics}
+    return score(proxies, truths, statistics, held_out)
+
+
 def _rows(name: str, figures: dict, statistics: dict) -> list[dict]:
     """Long table: one row per measure, one column per method."""
     def line(measure, fn):
@@ -260,6 +280,10 @@ def _rows(name: str, figures: dict, statistics: dict) -> list[dict]:
     for expr, metric in statistics.items():
         rows.append(line(f"{'Spearman rho' if metric == 'rho' else 'AUC'} {expr}",
                          lambda f, e=expr: f["quality"][e]))
+    for expr, metric in statistics.items():  # the ablation, where the index appended counts
+        rows.append(line(f"{'Spearman rho' if metric == 'rho' else 'AUC'} {expr}, without "
+                         "counts in distances", lambda f, e=expr: (f.get("without_counts")
+                                                                   or {}).get(e, "n/a")))
     return rows
 
 
@@ -405,6 +429,10 @@ def _notes(figures: dict, synthetic: dict) -> list[str]:
         "inference pass, the pass shared by all models here and its time split evenly.",
         f"wall times include a simulated {ORACLE_MS:g} ms per oracle call in build_s_with_oracle.",
     ]
+    if vidql.get("without_counts"):
+        notes.append(f"ablation: with distances on the principal components alone (no class "
+                     f"counts appended) the same index scores {vidql['without_counts']} against "
+                     f"{vidql['quality']}.")
     if "cracking" in vidql:
         c = vidql["cracking"]
         notes.append(f"cracking: adding {c['added_labels']} labels took {c['seconds']:.2f} s; "

@@ -20,7 +20,8 @@ from .rowfile import RowFile
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
-FIT_FRAMES = 2000  # the first frames, whose EfficientNet features (41 MB) fit its projection
+FIT_FRAMES = 2000  # frames spread over the video whose EfficientNet features (41 MB) fit its
+# projection
 
 
 def source_length(source) -> int:
@@ -53,31 +54,26 @@ def embed_source(source, embed_batch: Callable[[np.ndarray], np.ndarray], dim: i
                  desc: str = "embedding", progress: bool = True, start: int = 0,
                  stop: int | None = None, chunk_map: ChunkMap | None = None,
                  on_disk: bool = False, network: bool = False,
-                 head: np.ndarray | None = None) -> np.ndarray | RowFile:
+                 known: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray | RowFile:
     """Run `embed_batch` (uint8 B×H×W×3 -> B×dim) over frames [start, stop) of `source`
     (all by default) in order, in chunks through `chunk_map` when given (whole sources
     only); returns a (stop - start)×dim array of `dtype`, or with `on_disk` a RowFile the
-    rows were written to as they came (so they are never all in memory). `head`: rows of
-    the first frames, made already (the pass starts after them; not with `chunk_map`).
-    With `network` (`embed_batch` runs a torch network), decoding takes what the network
-    leaves (`decoding_beside_torch`)."""
+    rows were written to as they came (so they are never all in memory). `known`:
+    (sorted frames, their rows) made already, copied instead of embedded again (not with
+    `chunk_map`). With `network` (`embed_batch` runs a torch network), decoding takes what
+    the network leaves (`decoding_beside_torch`)."""
     stop = source_length(source) if stop is None else int(stop)
     out = new_rows(stop - start, dim, dtype, on_disk)
-    seen = 0 if head is None else len(head)
-    if seen:
-        out[:seen] = head
-    with tqdm(total=stop - start, initial=seen, desc=desc, unit="frame",
-              disable=not progress) as bar:
+    seen = 0
+    with tqdm(total=stop - start, desc=desc, unit="frame", disable=not progress) as bar:
         if chunk_map is not None:
-            if (start, stop, seen) != (0, source_length(source), 0):
+            if (start, stop, known) != (0, source_length(source), None):
                 raise VidqlError("embedding in chunks covers a whole frame source")
             fn = partial(embed_range, source, embed_batch, dim, size, batch_size, dtype)
             chunks = ((np.arange(a, b), rows) for a, b, rows in chunk_map(fn, batch_size))
-        elif start + seen < stop:
-            chunks = ((np.asarray(indices), embed_batch(batch)) for indices, batch
-                      in source.iter_batches(batch_size, start + seen, stop, size=size))
         else:
-            chunks = iter(())
+            chunks = embed_batches(source.iter_batches(batch_size, start, stop, size=size),
+                                   embed_batch, known)
         with decoding_beside_torch() if network else decoder_threads(None):
             for indices, rows in chunks:
                 out[indices - start] = rows
@@ -87,6 +83,28 @@ def embed_source(source, embed_batch: Callable[[np.ndarray], np.ndarray], dim: i
         raise VidqlError(f"the frame source gave {seen} frames of [{start}, {stop}), but says "
                          f"it has {stop - start}")
     return out
+
+
+def embed_batches(batches: Iterable[tuple[np.ndarray, np.ndarray]],
+                  embed_batch: Callable[[np.ndarray], np.ndarray],
+                  known: tuple[np.ndarray, np.ndarray] | None = None
+                  ) -> Iterable[tuple[np.ndarray, np.ndarray]]:
+    """(frame numbers, rows) of each of `batches`: `embed_batch`'s rows, but those of the
+    frames in `known` (sorted frames, their rows) copied from it, not embedded again."""
+    for indices, batch in batches:
+        indices = np.asarray(indices, dtype=np.int64)
+        if known is None:
+            yield indices, embed_batch(batch)
+            continue
+        at = np.minimum(np.searchsorted(known[0], indices), len(known[0]) - 1)
+        hit = known[0][at] == indices
+        if hit.all():
+            yield indices, known[1][at]
+            continue
+        made = embed_batch(batch[~hit])
+        rows = np.empty((len(indices), made.shape[1]), dtype=made.dtype)
+        rows[~hit], rows[hit] = made, known[1][at[hit]]
+        yield indices, rows
 
 
 def new_rows(n_rows: int, dim: int, dtype=np.float32, on_disk: bool = False
@@ -314,27 +332,62 @@ def fit_efficientnet_embeddings(source, *, size: tuple[int, int], dim: int, seed
                                 progress: bool = True, chunk_map: ChunkMap | None = None,
                                 on_disk: bool = False) -> tuple[np.ndarray | RowFile, Projection]:
     """`dim`-d embeddings of every frame from ImageNet EfficientNet-Lite0's grid features
-    (`GridEmbedder`) on their principal components, fitted on the first `fit_frames`
-    frames (`seed` seeds the fit), and that projection (to embed frames added later the
-    same way).
+    (`GridEmbedder`) on their principal components, fitted on `fit_frames` frames spread
+    evenly over the video (`spread_frames`; `seed` seeds the fit), and that projection (to
+    embed frames added later the same way).
 
-    One pass in frame order: the first frames' features (GRID_FEATURES float32 each) are
-    kept, the projection fitted on them and they are projected; the pass goes on from
-    there projecting as it embeds. With `chunk_map` (see ChunkMap) the first frames are
-    embedded here to fit, then every frame elsewhere. `on_disk` as for `embed_source`."""
+    First the sample's features (GRID_FEATURES float32 each) are made: one pass over
+    every frame when they are all in it (and then projected, which is all), else frames
+    read by number (`source.read` decodes from the keyframe before each). The projection
+    is fitted on them, and a second pass embeds the other frames, projecting as it goes
+    (the sample's rows copied, not embedded twice). With `chunk_map` (see ChunkMap) the
+    sample is embedded here to fit, then every frame elsewhere. `on_disk` as for
+    `embed_source`."""
     from .efficientnet_lite import GRID_FEATURES, MEAN, STD, GridEmbedder
 
     model = GridEmbedder(find_efficientnet_weights(weights))
     embed = network_embedder(model, mean=MEAN, std=STD)
-    first = embed_source(source, embed, GRID_FEATURES, size=size, batch_size=batch_size,
-                         stop=min(fit_frames, source_length(source)), network=True,
-                         desc="EfficientNet features to fit the projection", progress=progress)
-    projection = Projection.fit(first, dim, seed)
+    n_frames = source_length(source)
+    sample = spread_frames(n_frames, fit_frames)
+    desc = "EfficientNet features to fit the projection"
+    if len(sample) == n_frames:
+        features = embed_source(source, embed, GRID_FEATURES, size=size, batch_size=batch_size,
+                                network=True, desc=desc, progress=progress)
+    else:
+        features = embed_frames(source, embed, sample, size=size, batch_size=batch_size,
+                                desc=desc, progress=progress)
+    projection = Projection.fit(features, dim, seed)
     model.project_on(projection)
     with torch.inference_mode():
-        head = None if chunk_map else model.project(torch.from_numpy(first)).numpy()
-    del first
+        known = None if chunk_map else (sample, model.project(torch.from_numpy(features)).numpy())
+    del features
+    if known is not None and len(sample) == n_frames:
+        rows = new_rows(n_frames, projection.dim, np.float32, on_disk)
+        rows[:] = known[1]
+        return rows, projection
     rows = embed_source(source, embed, projection.dim, size=size, batch_size=batch_size,
                         desc="EfficientNet embedding", progress=progress, chunk_map=chunk_map,
-                        on_disk=on_disk, network=True, head=head)
+                        on_disk=on_disk, network=True, known=known)
     return rows, projection
+
+
+def spread_frames(n_frames: int, count: int) -> np.ndarray:
+    """`count` frames (every frame when there are no more) spread evenly from the first
+    to the end of the video: frame ⌊i·n_frames/count⌋ for i < count."""
+    count = min(int(count), int(n_frames))
+    return np.arange(count, dtype=np.int64) * int(n_frames) // max(count, 1)
+
+
+def embed_frames(source, embed_batch: Callable[[np.ndarray], np.ndarray], frames: np.ndarray,
+                 *, size: tuple[int, int], batch_size: int, desc: str = "embedding",
+                 progress: bool = True) -> np.ndarray:
+    """`embed_batch`'s rows of sorted `frames` of `source`, read `batch_size` at a time."""
+    out = None
+    with tqdm(total=len(frames), desc=desc, unit="frame", disable=not progress) as bar:
+        for at in range(0, len(frames), batch_size):
+            rows = embed_batch(source.read(frames[at:at + batch_size], size=size))
+            if out is None:
+                out = np.empty((len(frames), rows.shape[1]), dtype=rows.dtype)
+            out[at:at + len(rows)] = rows
+            bar.update(len(rows))
+    return out

@@ -24,8 +24,9 @@ class FrameEncoder:
     """One of KINDS: 'network' (`model`, a CompactCNN with `dim` outputs), 'pixel'
     (`model`, a PixelPCA), 'pretrained' (`weights`, the ResNet-18 file) or 'efficientnet'
     (`weights`, EfficientNet-Lite0's file, None for the packaged one, and `model`, the
-    Projection of its grid features: fitted on the video's frames, or for indexes saved
-    before there was one, seeded Gaussian directions)."""
+    Projection of its grid features: principal components fitted on the video's frames,
+    with the class counts read off them appended, or for indexes saved before there was
+    one, seeded Gaussian directions)."""
 
     def __init__(self, kind: str, model=None, *, weights: str | Path | None = None):
         if kind not in KINDS:

@@ -167,6 +167,24 @@ def linear_readout(embeddings, rep_frames: np.ndarray, rep_values: np.ndarray,
     return out
 
 
+def _with_counts(emb: RowFile, encoder: FrameEncoder, rep_frames: np.ndarray,
+                 labels: pd.DataFrame, stats: dict) -> RowFile:
+    """`emb` with the class counts read off it appended (`count_space`, fitted on the
+    representatives' labels), and `encoder`'s projection extended to embed so; `emb` as it
+    is when no counts can be read."""
+    from .countspace import class_counts, count_space, map_rows
+    from .embedders import Projection
+
+    counts, classes = class_counts(labels, rep_frames)
+    matrix = count_space(emb[rep_frames], counts)
+    if matrix is None:
+        return emb
+    encoder.model = Projection(encoder.model.mean, encoder.model.components @ matrix)
+    stats.update(embedding=f"{stats['embedding']}, + {len(classes)} class counts read off it",
+                 count_classes=classes)
+    return map_rows(emb, matrix)
+
+
 def _timed_network(cfg: dict, weights):
     """The network whose speed picks the build's torch threads (`fastest_threads`)."""
     from .network import CompactCNN
@@ -254,12 +272,14 @@ class TastiIndex:
 
         `embedder` (None: `default_embedder`): 'efficientnet' embeds with ImageNet
         EfficientNet-Lite0's grid features (`weights` or the packaged file) on their
-        principal components, fitted on the first frames (`fit_efficientnet_embeddings`),
-        read best at the short side EMBEDDER_SHORT_SIDE gives, and its proxies add a linear
-        probe (`linear_readout`). 'triplet' trains a compact CNN with triplet loss on `train`
-        frames chosen by farthest-point-first over a mining embedding (pretrained ResNet-18
-        when local weights exist, else the pixel embedding) together with the random
-        representatives. 'pretrained' uses ResNet-18 features (needs local `weights` or the
+        principal components, fitted on frames spread over the video
+        (`fit_efficientnet_embeddings`), read best at the short side EMBEDDER_SHORT_SIDE
+        gives; once the representatives are labelled, the class counts a ridge regression
+        reads off those components are appended (`count_space`), so that distances see
+        counts; its proxies add a linear probe (`linear_readout`). 'triplet' trains a
+        compact CNN with triplet loss on `train` frames chosen by farthest-point-first over a
+        mining embedding (pretrained ResNet-18 when local weights exist, else the pixel
+        embedding) together with the random representatives. 'pretrained' uses ResNet-18 features (needs local `weights` or the
         torch hub cache; never downloads). 'pixel' uses thumbnail PCA. Training: triplet
         loss (`margin`, Adam `lr`, at most `triplets` seen, early stopping on held-out
         frames, `dim`-d output) plus `count_weight` times an auxiliary regression of class
@@ -351,6 +371,10 @@ class TastiIndex:
         labeller(fpf_reps, "labelling FPF representatives")
         lap("label_fpf_reps")
         rep_frames = np.concatenate([labelled, fpf_reps])
+        labels = _clean_labels(labeller.labels(), rep_frames)
+        if cfg["embedder"] == "efficientnet":
+            emb = _with_counts(emb, encoder, rep_frames, labels, stats)
+            lap("count_space")
         with tqdm(total=len(emb), desc="nearest representatives", unit="frame",
                   disable=not progress) as bar:
             distances, positions = nearest(emb, emb[rep_frames], cfg["k"], progress=bar)
@@ -358,8 +382,7 @@ class TastiIndex:
         seconds["total"] = round(sum(seconds.values()), 3)
         stats.update(oracle_calls=labeller.calls, reps=len(rep_frames), seconds=seconds,
                      built_frames=len(emb))
-        return cls(embeddings=emb, rep_frames=rep_frames,
-                   labels=_clean_labels(labeller.labels(), rep_frames), distances=distances,
+        return cls(embeddings=emb, rep_frames=rep_frames, labels=labels, distances=distances,
                    positions=positions, k=cfg["k"], eps=eps, identity=identity, config=cfg,
                    stats=stats, encoder=encoder)
 
