@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import sys
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
@@ -155,24 +156,49 @@ class RecallDraws:
         return SelectionResult(frames, self.oracle.calls, labelled[frames], details)
 
 
+@dataclass
+class RecallSample:
+    """`budget` uniform draws for a recall selection, labelled: the draws, the frames by
+    decreasing proxy (`order`), the proxy ranks of the positive draws, the checked target
+    and confidence, and the generator; `exact` instead when the budget covers every frame."""
+
+    draws: RecallDraws
+    order: np.ndarray
+    positive_ranks: np.ndarray
+    target: float
+    confidence: float
+    rng: np.random.Generator
+    exact: SelectionResult | None = None
+
+    @classmethod
+    def draw(cls, proxy, predicate, target, confidence, budget, seed) -> "RecallSample":
+        proxy, target, confidence, budget, rng = check_recall_args(proxy, target, confidence,
+                                                                   budget, seed)
+        draws = RecallDraws(proxy.size, predicate, rng)
+        if budget >= proxy.size:
+            return cls(draws, proxy[:0], proxy[:0], target, confidence, rng, draws.label_all())
+        order, rank = rank_by_proxy(proxy, rng)
+        draws.extend(budget)
+        hits = draws.positive[draws.frames]
+        return cls(draws, order, rank[draws.frames[hits]], target, confidence, rng)
+
+    def details(self, method: str) -> dict:
+        return {"target": self.target, "confidence": self.confidence, "kind": "recall",
+                "method": method, "positive_draws": int(self.positive_ranks.size),
+                "guarantee_met": True}
+
+
 def recall_binomial(proxy: np.ndarray, predicate: Callable[[np.ndarray], np.ndarray], *,
                     target: float = 0.9, confidence: float = 0.95, budget: int = 1000,
                     seed=0) -> SelectionResult:
     """Frames such that recall >= target with probability >= confidence, from `budget`
     uniform draws (at most `budget` oracle calls: repeated draws are free)."""
-    proxy, target, confidence, budget, rng = check_recall_args(proxy, target, confidence,
-                                                               budget, seed)
-    n = proxy.size
-    draws = RecallDraws(n, predicate, rng)
-    if budget >= n:
-        return draws.label_all()
-    order, rank = rank_by_proxy(proxy, rng)
-    draws.extend(budget)
-    hits = draws.positive[draws.frames]
-    m = binomial_cut(rank[draws.frames[hits]], target, 1.0 - confidence, n)
-    details = {"target": target, "confidence": confidence, "kind": "recall",
-               "method": "binomial", "positive_draws": int(hits.sum()), "guarantee_met": True}
-    return draws.answer(order, m, details)
+    sample = RecallSample.draw(proxy, predicate, target, confidence, budget, seed)
+    if sample.exact is not None:
+        return sample.exact
+    m = binomial_cut(sample.positive_ranks, sample.target, 1.0 - sample.confidence,
+                     sample.draws.n)
+    return sample.draws.answer(sample.order, m, sample.details("binomial"))
 
 
 def adaptive_schedule(max_budget: int) -> list[int]:

@@ -29,7 +29,7 @@ from typing import Callable
 import numpy as np
 
 from .results import SelectionResult
-from .select_binomial import RecallDraws, check_recall_args, critical_count, rank_by_proxy
+from .select_binomial import RecallSample, critical_count
 
 
 def randomized_count(k: int, target: float, delta: float, u: float) -> int | None:
@@ -59,20 +59,13 @@ def recall_randomized(proxy: np.ndarray, predicate: Callable[[np.ndarray], np.nd
     """Frames such that recall >= target with probability >= confidence, from `budget`
     uniform draws and exactly `budget` oracle calls (fewer only when every frame is
     labelled or none is left to trim)."""
-    proxy, target, confidence, budget, rng = check_recall_args(proxy, target, confidence,
-                                                               budget, seed)
-    n = proxy.size
-    draws = RecallDraws(n, predicate, rng)
-    if budget >= n:
-        return draws.label_all()
-    order, rank = rank_by_proxy(proxy, rng)
-    draws.extend(budget)
-    hits = draws.positive[draws.frames]
-    u = float(rng.random())
-    m = randomized_cut(rank[draws.frames[hits]], target, 1.0 - confidence, n, u)
+    sample = RecallSample.draw(proxy, predicate, target, confidence, budget, seed)
+    if sample.exact is not None:
+        return sample.exact
+    draws = sample.draws
+    u = float(sample.rng.random())
+    m = randomized_cut(sample.positive_ranks, sample.target, 1.0 - sample.confidence, draws.n, u)
     sampled = draws.oracle.calls
-    draws.trim(order, m, budget - sampled)
-    details = {"target": target, "confidence": confidence, "kind": "recall",
-               "method": "binomial, randomized", "positive_draws": int(hits.sum()),
-               "trim_labels": draws.oracle.calls - sampled, "guarantee_met": True}
-    return draws.answer(order, m, details)
+    draws.trim(sample.order, m, int(budget) - sampled)
+    details = sample.details("binomial, randomized") | {"trim_labels": draws.oracle.calls - sampled}
+    return draws.answer(sample.order, m, details)
