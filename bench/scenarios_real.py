@@ -9,6 +9,7 @@ and the physical limit (the labels' detector time plus one in-order decode of th
 touch)."""
 from __future__ import annotations
 
+import re
 import shutil
 import time
 from fractions import Fraction
@@ -168,7 +169,8 @@ def plot(rows: list[dict], out: Path) -> list[str]:
     for clip in dict.fromkeys(r["clip"] for r in rows):
         mine = [r for r in rows if r["clip"] == clip and r["kind"] != "exact scan"]
         scan = next(r["seconds"] for r in rows if r["clip"] == clip and r["kind"] == "exact scan")
-        panels[f"{clip} ({mine[0]['size']}, {mine[0]['frames']} frames)"] = {
+        title = re.sub(r"^\w+?_(\d+p)_gop(\d+)_\d+", r"\1 GOP-\2 clip", clip)
+        panels[f"{title}\n({mine[0]['size']}, {mine[0]['frames']} frames)"] = {
             label: {r["kind"]: [r[key] / scan] for r in mine}
             for key, label in (("seconds", "measured"), ("explain_seconds", "EXPLAIN"),
                                ("physical_limit", "physical limit"))}
