@@ -120,3 +120,26 @@ def test_oracle_rendition_option_values(counter_clip, value):
     with vidql.connect(progress=False) as db:
         with pytest.raises(ParameterError, match=r"oracle_rendition.*\[32, 4096\]"):
             db.sql(f"LOAD VIDEO '{counter_clip}' AS v WITH (oracle_rendition = {value})")
+
+
+@pytest.mark.slow
+@pytest.mark.shared
+def test_the_same_answer_from_the_auto_rendition_as_from_the_file(tmp_path):
+    """On hangzhou_junction_720p (GOP 125) the default writes YOLOX-Nano's 416-px copy in
+    the sample that brings its reads of the file to the copy's cost, and the same SQL with
+    the same SEED answers as it does reading the file."""
+    from conftest import shared_path
+
+    video = shared_path("data", "hangzhou_junction_720p.mp4")
+    model = shared_path("models", "yolox_nano.onnx")
+    sql = "SELECT AVG(objects('car')) FROM v ORACLE BUDGET {} SEED 3"
+    answers = {}
+    for option in ("", " WITH (oracle_rendition = 'none')"):
+        with vidql.connect(tmp_path / f"db{len(answers)}.duckdb", progress=False) as db:
+            db.sql(f"LOAD VIDEO '{video}' AS v{option}; CREATE ORACLE y FROM ONNX '{model}'; "
+                   "SET ORACLE v = y")
+            answers[option] = [db.sql(sql.format(budget)).df().iloc[0].tolist()
+                               for budget in (40, 80, 160)]
+            written = (db.catalog.clip_dir("v", 0) / f"{ORACLE_RENDITION}_416").is_dir()
+            assert written == (option == "")
+    assert answers[""] == answers[" WITH (oracle_rendition = 'none')"]
