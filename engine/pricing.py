@@ -1,8 +1,7 @@
 """What labelling a query's frames costs: the oracle's time per frame plus decoding the
 frames (each clip's `ReadCost`: GOP layout and measured decode time; where a call would
 write a clip's 'auto' oracle rendition, writing it and the rendition's estimated cost), for
-EXPLAIN and for
-the planner's choice between sampling and the exact scan."""
+EXPLAIN and for the planner's choice between sampling and the exact scan."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -98,25 +97,25 @@ def decode_seconds(catalog, video: str, cache: LabelCache, frames: np.ndarray) -
     frames = np.unique(np.asarray(frames, dtype=np.int64))
     if not cache.oracle.needs_pixels or frames.size == 0:
         return Decoding()
-    costs = dict(enumerate(catalog.read_costs(video, cache.oracle)))
+    costs, written = catalog.read_costs(video, cache.oracle), set()
     total = Decoding()
     for ordinal, local, _ in cache.clip_map.pieces(frames):
-        total = total.plus(_clip_decoding(catalog, video, cache, ordinal, local, costs))
+        total = total.plus(_clip_decoding(catalog, video, cache, ordinal, local, costs, written))
     return total
 
 
 def _clip_decoding(catalog, video: str, cache: LabelCache, ordinal: int, local: np.ndarray,
-                   costs: dict, also: np.ndarray | None = None) -> Decoding:
+                   costs: list, written: set, also: np.ndarray | None = None) -> Decoding:
     """Decoding a clip's frames `local` (and `also`, kept for later) in one labelling call:
     writing its 'auto' oracle rendition first where the call would (then `costs[ordinal]`
-    becomes the rendition's estimated cost, and costs[ordinal, 'written'] is set, for later
-    calls), and reading them."""
+    becomes the rendition's estimated cost and `ordinal` joins `written`, for later calls),
+    and reading them."""
     writing = 0.0
-    if (ordinal, "written") not in costs:
+    if ordinal not in written:
         write = catalog.rendition_to_write(video, ordinal, cache.oracle, local)
         if write is not None:
             writing, costs[ordinal] = write
-            costs[ordinal, "written"] = True
+            written.add(ordinal)
     wanted = local if also is None else np.union1d(local, also)
     n = costs[ordinal].decoded_in_order(wanted)
     return Decoding(costs[ordinal].seconds(n) + writing, n, writing)
@@ -130,7 +129,7 @@ def decode_planned(catalog, video: str, cache: LabelCache, rounds: list[np.ndarr
     to the planned frames in them that fit in the store, which it keeps."""
     if not cache.oracle.needs_pixels or not rounds:
         return Decoding()
-    costs = dict(enumerate(catalog.read_costs(video, cache.oracle)))
+    costs, written = catalog.read_costs(video, cache.oracle), set()
     kept = np.zeros(cache.n_frames, dtype=bool)
     total, done = Decoding(), 0
     for frames in rounds:
@@ -146,7 +145,8 @@ def decode_planned(catalog, video: str, cache: LabelCache, rounds: list[np.ndarr
             room = store.STORE_BYTES // (clip.kept_size[0] * clip.kept_size[1] * 3) - int(kept.sum())
             extra = store.frames_to_keep(local, mine, costs[ordinal].keyframes, room)
             kept[first + extra] = True
-            total = total.plus(_clip_decoding(catalog, video, cache, ordinal, local, costs, extra))
+            total = total.plus(_clip_decoding(catalog, video, cache, ordinal, local, costs,
+                                              written, extra))
     return total
 
 

@@ -565,10 +565,15 @@ class Catalog:
         return [self._read_cost(name, int(o), oracle) for o in self.clip_table(name)["ordinal"]]
 
     def _read_cost(self, name: str, ordinal: int, oracle: Oracle) -> ReadCost:
-        rendition = self.oracle_rendition(name, ordinal, oracle, write=False)
-        if rendition is not None:
-            return self._timed(rendition.info, rendition.folder)
-        return self._file_cost(name, ordinal)
+        return self._timed(*self._read_source(name, ordinal, oracle))
+
+    def _read_source(self, name: str, ordinal: int, oracle: Oracle) -> tuple:
+        """(VideoInfo, folder of its decode timing) of what `oracle` reads of a clip now:
+        its oracle rendition where one is written, else its file."""
+        rendition = self.oracle_rendition(name, ordinal, oracle)
+        if rendition is None:
+            return self.clip_info(name, ordinal), self.clip_dir(name, ordinal)
+        return rendition.info, rendition.folder
 
     def _file_cost(self, name: str, ordinal: int) -> ReadCost:
         return self._timed(self.clip_info(name, ordinal), self.clip_dir(name, ordinal))
@@ -594,9 +599,7 @@ class Catalog:
         queries decoded it in 5-6)."""
         if stats.frames < MEASURED_FRAMES or self.read_only:
             return
-        rendition = self.oracle_rendition(name, ordinal, oracle)
-        info = self.clip_info(name, ordinal) if rendition is None else rendition.info
-        folder = self.clip_dir(name, ordinal) if rendition is None else rendition.folder
+        info, folder = self._read_source(name, ordinal, oracle)
         timing = DecodeTiming(stats.seconds / stats.frames, stats.frames, int(info.width),
                               int(info.height))
         save_timing(timing, folder / DECODE_TIMING)
@@ -613,13 +616,37 @@ class Catalog:
         the better of never and at once. A few frames (EXPLAIN timing a new oracle) or the
         first short calls on a long video read the file."""
         pending = self._pending_rendition(name, ordinal, oracle)
-        if pending is None:
+        if pending is None or not self._buys(name, ordinal, pending, frames):
             return None
-        side, cost, seconds = pending
+        return pending[2], pending[1]
+
+    def _rent_or_buy(self, name: str, ordinal: int, oracle: Oracle, frames: np.ndarray) -> bool:
+        """Whether a labelling call of a clip's `frames` writes its 'auto' oracle rendition
+        first (`rendition_to_write`); if it reads the file instead, what that costs goes
+        on the rendition's account (never in a read-only database)."""
+        pending = self._pending_rendition(name, ordinal, oracle)
+        if pending is None:
+            return False
+        if self._buys(name, ordinal, pending, frames):
+            return True
+        if not self.read_only:
+            account = self._file_reads(name, ordinal)
+            account[str(pending[0])] = account.get(str(pending[0]), 0.0) + \
+                self._file_seconds(name, ordinal, frames)
+            with atomic_path(self.clip_dir(name, ordinal) / FILE_READS) as tmp:
+                Path(tmp).write_text(json.dumps(account))
+        return False
+
+    def _buys(self, name: str, ordinal: int, pending: tuple, frames: np.ndarray) -> bool:
+        """Whether reading `frames` of a clip's file would bring the reads on the account
+        of its pending rendition (`_pending_rendition`) to the cost of writing it."""
+        spent = self._file_reads(name, ordinal).get(str(pending[0]), 0.0)
+        return spent + self._file_seconds(name, ordinal, frames) >= pending[2]
+
+    def _file_seconds(self, name: str, ordinal: int, frames: np.ndarray) -> float:
+        """Estimated seconds to decode a clip's `frames` from its file in one call."""
         file = self._file_cost(name, ordinal)
-        reading = file.seconds(file.decoded_in_order(frames))
-        spent = self._file_reads(name, ordinal, side)
-        return (seconds, cost) if spent + reading >= seconds else None
+        return file.seconds(file.decoded_in_order(frames))
 
     def _pending_rendition(self, name: str, ordinal: int,
                            oracle: Oracle) -> tuple[int, ReadCost, float] | None:
@@ -631,30 +658,16 @@ class Catalog:
         file = self._file_cost(name, ordinal)
         return (*auto, file.frame_count * (file.seconds_per_frame + auto[1].seconds_per_frame))
 
-    def _file_reads(self, name: str, ordinal: int, side: int) -> float:
-        """Estimated seconds the oracle of input `side` spent reading a clip's file so far."""
+    def _file_reads(self, name: str, ordinal: int) -> dict[str, float]:
+        """A clip's account: estimated seconds each oracle input side (as text) spent
+        reading its file so far (empty when absent or unreadable)."""
         try:
-            return float(json.loads((self.clip_dir(name, ordinal) / FILE_READS).read_text())[str(side)])
-        except (OSError, ValueError, KeyError, TypeError):
-            return 0.0
-
-    def _count_file_reads(self, name: str, ordinal: int, oracle: Oracle, frames: np.ndarray) -> None:
-        """Add what reading `frames` of a clip's file costs to its pending 'auto' oracle
-        rendition's account (`rendition_to_write`)."""
-        pending = None if self.read_only else self._pending_rendition(name, ordinal, oracle)
-        if pending is None:
-            return
-        path = self.clip_dir(name, ordinal) / FILE_READS
-        try:
-            account = json.loads(path.read_text())
+            account = json.loads((self.clip_dir(name, ordinal) / FILE_READS).read_text())
         except (OSError, ValueError):
-            account = {}
-        account = account if isinstance(account, dict) else {}
-        file = self._file_cost(name, ordinal)
-        account[str(pending[0])] = self._file_reads(name, ordinal, pending[0]) + \
-            file.seconds(file.decoded_in_order(frames))
-        with atomic_path(path) as tmp:
-            Path(tmp).write_text(json.dumps(account))
+            return {}
+        if not isinstance(account, dict):
+            return {}
+        return {side: float(v) for side, v in account.items() if isinstance(v, (int, float))}
 
     def clip_infos(self, name: str) -> list:
         """Probe results of every clip in load order (each checked as clip_info does)."""
@@ -993,9 +1006,7 @@ class Catalog:
         def clip_batches(positions: np.ndarray, batch_size: int, kept):
             for o, local, _ in clip_map.pieces(positions):
                 self.check_clip(name, o, again=True)
-                write = self.rendition_to_write(name, o, oracle, local) is not None
-                if not write:
-                    self._count_file_reads(name, o, oracle, local)
+                write = self._rent_or_buy(name, o, oracle, local)
                 clip, stats = self.oracle_input(name, o, oracle, write), DecodeStats()
                 yield from clip_pixels(clip, int(clip_map.first[o]), local, batch_size, kept, stats)
                 self._learn_decoding(name, o, oracle, stats)
