@@ -82,7 +82,8 @@ def aggregate_budget(proxy: np.ndarray, true_values: Callable, *, budget: int,
         y_range = (min(0.0, x_range[0]), max(0.0, x_range[1])) if agg == "sum" else x_range
         scale = float(n) if agg == "sum" else 1.0
         estimate, low, high = (scale * v for v in _mean(proxy, frames, y, y_range, delta))
-        method = "control_variate" if frames.size >= CV_MIN_DRAWS else "uniform"
+        # a constant proxy (no index) controls nothing: the report says so
+        method = "control_variate" if frames.size >= CV_MIN_DRAWS and np.ptp(proxy) else "uniform"
     if not pred.any():
         details["note"] = NO_POSITIVE_NOTE
     details["interval"] = {"hypergeometric": "exact hypergeometric",

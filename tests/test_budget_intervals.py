@@ -189,6 +189,7 @@ def test_plain_avg_uses_the_proxy_as_control_variate_only_from_40_draws():
     plain = aggregate_budget(np.zeros(proxy.size), everywhere, budget=300, where=False, seed=0)
     assert many.ci_high - many.ci_low < 0.85 * (plain.ci_high - plain.ci_low)
     assert (few.method, many.method) == ("uniform", "control_variate")
+    assert plain.method == "uniform"  # a constant proxy (no index) is no control variate
 
 
 def test_hypergeometric_tail_matches_scipy():
