@@ -642,7 +642,8 @@ def _run_selection(b: Binding, q: Query, seed: int, report: Report) -> pd.DataFr
         report.guarantee = f"as many distinct positives as {c.budget} oracle calls find (no recall guarantee)"
     else:
         raise QueryError(f"unsupported query kind {q.kind}", q.text, 0)
-    report.operator = {"limit": "LIMIT (proxy-ranked scan)",
+    report.operator = {"limit": "LIMIT (proxy-ranked scan)" if proxy is not None
+                       else "LIMIT (random-order scan: no index)",
                        "select_recall": f"recall target ({result.details.get('method')})",
                        "select_precision": "SUPG precision", "rare": "EZMODE"}[q.kind]
     report.details.update(getattr(result, "details", {}) or {})

@@ -218,3 +218,8 @@ def test_cracking_grows_the_index_and_changes_the_sample(tmp_path):
         assert len(index.rep_frames) == reps + cracked
         # a cracked index never redraws the sample its new representatives came from
         assert Binding(db, query).sampling_seed(11) != sample_seed
+
+
+def test_limit_without_an_index_says_it_scans_in_random_order(clip_db):
+    clip_db.sql("SELECT frame FROM clip WHERE objects('car') >= 1 LIMIT 2 SEED 1").df()
+    assert clip_db.last_report.operator == "LIMIT (random-order scan: no index)"
