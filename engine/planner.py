@@ -130,9 +130,9 @@ class Binding:
         batch = max(1, int(self.cache.oracle.batch_size))
 
         def ahead(positions, now):
-            self.cache.plan_draws(self.frames(positions))
-            self.cache.label_ahead(self.frames(positions[:now + 2 * batch]), now,
-                                   self.cache.stats.oracle_calls - self.before.oracle_calls)
+            done = self.cache.stats.oracle_calls - self.before.oracle_calls
+            self.cache.plan_draws(self.frames(positions), done)
+            self.cache.label_ahead(self.frames(positions[:now + 2 * batch]), now, done)
         fn.ahead = ahead
         return fn
 

@@ -126,7 +126,7 @@ def decode_planned(catalog, video: str, cache: LabelCache, rounds: list[np.ndarr
     """Decoding in labelling calls `rounds` (global positions) of a query that plans its
     draws (`plan`, in draw order, the rounds' frames first), as the engine decodes them
     (engine/labels/decoded.py): each call decodes the GOPs of its frames not kept yet, on
-    to the planned frames in them that fit in the store, which it keeps."""
+    to the planned frames in them worth keeping that fit in the store, which it keeps."""
     if not cache.oracle.needs_pixels or not rounds:
         return Decoding()
     costs, written = catalog.read_costs(video, cache.oracle), set()
@@ -135,15 +135,17 @@ def decode_planned(catalog, video: str, cache: LabelCache, rounds: list[np.ndarr
     for frames in rounds:
         frames = np.unique(frames)
         done += len(frames)
-        later = plan[done:][~kept[plan[done:]]]
+        free = ~kept[plan[done:]]
+        later, draws = plan[done:][free], done + 1 + np.flatnonzero(free)
         todo = frames[~kept[frames]]
         kept[frames] = False
         for ordinal, local, _ in cache.clip_map.pieces(todo):
             first = int(cache.clip_map.first[ordinal])
             clip = catalog.oracle_input(video, ordinal, cache.oracle)
-            mine = later[(later >= first) & (later < first + clip.frame_count)] - first
+            mine = (later >= first) & (later < first + clip.frame_count)
             room = store.STORE_BYTES // (clip.kept_size[0] * clip.kept_size[1] * 3) - int(kept.sum())
-            extra = store.frames_to_keep(local, mine, costs[ordinal].keyframes, room)
+            extra = store.frames_to_keep(local, later[mine] - first, draws[mine], done,
+                                         costs[ordinal].keyframes, room)
             kept[first + extra] = True
             total = total.plus(_clip_decoding(catalog, video, cache, ordinal, local, costs,
                                               written, extra))

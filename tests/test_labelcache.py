@@ -122,3 +122,20 @@ def test_a_frame_outside_the_video_is_refused_before_any_oracle_call(counter_cli
         assert sum(oracle_module.CALLS) == 0 and len(cache.labelled_frames) == 0
         (ok,) = values(np.array([0, n - 1]))
         assert len(ok) == 2 and sum(oracle_module.CALLS) == 2
+
+
+def test_a_small_call_is_cut_into_batches_that_overlap_decoding(counter_clip, oracle_module,
+                                                                  tmp_path):
+    """A call of one oracle batch's frames goes to the oracle in OVERLAP_BATCHES parts, so the
+    oracle starts on the first while the rest decode (before, the whole batch waited for all
+    of its decoding); a long call keeps whole batches."""
+    from vidql.engine.labels.cache import OVERLAP_BATCHES
+
+    with _db_with_oracle(tmp_path / "db.vidql", counter_clip) as db:
+        cache = db.labels("clip")
+        batch = cache.oracle.batch_size
+        cache.ensure(np.arange(batch))
+        assert oracle_module.CALLS == [batch // OVERLAP_BATCHES] * OVERLAP_BATCHES
+        oracle_module.CALLS.clear()
+        cache.ensure(np.arange(batch, batch + 10 * batch))
+        assert oracle_module.CALLS == [batch] * 10

@@ -1,13 +1,16 @@
-"""A query's decoded frames, kept for its later draws, so that each GOP is decoded at most
-once per query.
+"""A query's decoded frames, kept for its later draws, so that a GOP is decoded again only
+where that is cheaper than decoding on now.
 
 An operator that draws in rounds (ERROR WITHIN, ORACLE BUDGET's two stages) fixes its draw
 order up front and tells the label cache (`LabelCache.plan_draws`). When a labelling call
-decodes a GOP to reach the frames it labels now, it decodes on to the last planned frame
-of that GOP and keeps the planned frames (what the oracle reads, at its input size:
-`Oracle.shrink`) here, earliest draws first, within STORE_BYTES; a later round takes them
-from memory instead of decoding the GOP again. The answer does not change: the oracle sees
-the same pixels, whichever round decodes them.
+decodes a GOP to reach the frames it labels now, it may decode on to planned frames of that
+GOP and keep them (what the oracle reads, at its input size: `Oracle.shrink`) here, earliest
+draws first, within STORE_BYTES; a later round takes them from memory instead of decoding
+the GOP again. Decoding on is worth it where the frames it reaches would cost more to decode
+later, weighted by the chance that the query draws them at all (`frames_to_keep`): in a
+120-frame GOP nearly always, in an 8-frame one (an oracle rendition) only for draws due
+soon. The answer does not change: the oracle sees the same pixels, whichever round decodes
+them.
 """
 from __future__ import annotations
 
@@ -23,17 +26,37 @@ from vidql.preprocess.source import as_source
 STORE_BYTES = 256 << 20  # decoded frames a query may hold for its later draws
 
 
-def frames_to_keep(wanted: np.ndarray, planned: np.ndarray, keyframes: np.ndarray,
-                   room: int) -> np.ndarray:
-    """Of `planned` (a clip's frames the query may draw later, earliest draw first), the
-    ones in GOPs that decoding `wanted` touches, at most `room` of them, earliest draws
-    first: decoding goes on to the last of them in each GOP, and they are kept. Frames are
-    positions in the decoded file, whose GOPs start at `keyframes`."""
+def frames_to_keep(wanted: np.ndarray, planned: np.ndarray, draws: np.ndarray, drawn: int,
+                   keyframes: np.ndarray, room: int) -> np.ndarray:
+    """Of `planned` (frames the query may draw later, earliest draw first; `draws[i]` counts
+    the query's draws up to and including planned[i]'s), the ones worth decoding on to and
+    keeping in the GOPs that decoding `wanted` touches, at most `room`, earliest draws first.
+
+    A planned frame decoded later costs its offset in its GOP plus one frames; a query that
+    has made `drawn` draws by the end of this call goes on to make `draws[i]` with chance
+    about drawn / draws[i] (its stopping point unknown, as likely to double as not). In each
+    GOP, decoding goes on past the last wanted frame to where the frames kept save the most
+    decoding, counted that way, beyond what decoding on to them costs; planned frames before
+    the last wanted one are kept for free. Frames are positions in the decoded file, whose
+    GOPs start at `keyframes`."""
     if room <= 0 or len(planned) == 0 or len(wanted) == 0:
         return planned[:0]
-    touched = np.unique(np.searchsorted(keyframes, wanted, side="right"))
-    gops = np.searchsorted(keyframes, planned, side="right")
-    return planned[np.isin(gops, touched)][:room]
+    gop_of = lambda frames: np.searchsorted(keyframes, frames, side="right") - 1  # noqa: E731
+    ends = np.full(len(keyframes), -1, dtype=np.int64)
+    np.maximum.at(ends, gop_of(wanted), wanted)  # the last wanted frame of each GOP touched
+    gops = gop_of(planned)
+    end = ends[gops]
+    saving = np.minimum(1.0, drawn / np.maximum(draws, 1)) * (planned - keyframes[gops] + 1)
+    keep = (end >= 0) & (planned <= end)
+    for gop in np.unique(gops[end >= 0]):
+        beyond = np.flatnonzero((gops == gop) & (planned > end))
+        if len(beyond):
+            beyond = beyond[np.argsort(planned[beyond], kind="stable")]
+            gain = np.cumsum(saving[beyond]) - (planned[beyond] - ends[gop])
+            best = int(np.argmax(gain))
+            if gain[best] > 0:
+                keep[beyond[:best + 1]] = True
+    return planned[keep][:room]
 
 
 class DecodedFrames:
@@ -46,23 +69,31 @@ class DecodedFrames:
         self.held = np.zeros(n_frames, dtype=bool)
         self.frames: dict[int, np.ndarray] = {}
         self.bytes = 0
+        self.first_draw = 0  # the query's draws before the plan's first
+        self.drawn = 0  # the query's draws made once the current call ends
 
-    def plan(self, positions: np.ndarray) -> None:
-        """The query will draw `positions` (global, not labelled yet) in this order; frames
-        kept for an earlier plan and not in this one are let go."""
+    def plan(self, positions: np.ndarray, done: int = 0) -> None:
+        """The query, having made `done` draws, will draw `positions` (global, not labelled
+        yet) in this order; frames kept for an earlier plan and not in this one are let go."""
         self.rank.fill(-1)
         self.rank[positions] = np.arange(len(positions))
+        self.first_draw = self.drawn = int(done)
         self.take(np.asarray([p for p in self.frames if self.rank[p] < 0], dtype=np.int64))
 
     def unplan(self, positions: np.ndarray) -> None:
         """`positions` are being labelled now: no later draw needs them."""
+        ranks = self.rank[positions]
+        if (ranks >= 0).any():
+            self.drawn = max(self.drawn, self.first_draw + int(ranks.max()) + 1)
         self.rank[positions] = -1
 
-    def planned(self, first: int, stop: int) -> np.ndarray:
-        """Planned positions in [first, stop) not kept yet, earliest draw first."""
+    def planned(self, first: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
+        """(planned positions in [first, stop) not kept yet, earliest draw first, the query's
+        draws up to and including each)."""
         ranks = self.rank[first:stop]
         found = np.flatnonzero((ranks >= 0) & ~self.held[first:stop])
-        return first + found[np.argsort(ranks[found], kind="stable")]
+        found = found[np.argsort(ranks[found], kind="stable")]
+        return first + found, self.first_draw + ranks[found] + 1
 
     def room(self, frame_bytes: int) -> int:
         """How many more frames of `frame_bytes` bytes fit."""
@@ -145,8 +176,9 @@ def _extra_frames(clip: OracleInput, first: int, local: np.ndarray,
     if kept is None or not len(local):
         return local[:0]
     source = as_source(clip.source)
-    planned = kept.planned(first, first + clip.frame_count) - first
+    planned, draws = kept.planned(first, first + clip.frame_count)
     room = kept.room(clip.kept_size[0] * clip.kept_size[1] * 3)
-    chosen = frames_to_keep(source.to_positions(local), source.to_positions(planned),
-                            np.asarray(source.info.keyframes, dtype=np.int64), room)
+    chosen = frames_to_keep(source.to_positions(local), source.to_positions(planned - first),
+                            draws, kept.drawn, np.asarray(source.info.keyframes, dtype=np.int64),
+                            room)
     return np.sort(source.to_original(chosen))
