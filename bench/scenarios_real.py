@@ -131,7 +131,7 @@ def measure(path: Path, sql: str) -> dict:
         new = np.setdiff1d(db.labels("v").labelled_frames, before)
         [cost] = db.catalog.read_costs("v", db.labels("v").oracle)
         ms = db.catalog.measured_ms_per_frame(db.labels("v").oracle.identity) or 0.0
-    limit = len(new) * ms / 1000 + cost.seconds(cost.decoded_in_order(new))
+    limit = len(new) * ms / 1000 + cost.seconds(cost.decoded_in_order(new), len(new))
     return {"operator": report.operator, "seconds": wall, "oracle_calls": int(report.oracle_calls),
             "decode_wait": float(report.seconds.get("decode", 0.0)),
             "oracle_seconds": float(report.oracle_seconds),

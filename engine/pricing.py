@@ -118,7 +118,7 @@ def _clip_decoding(catalog, video: str, cache: LabelCache, ordinal: int, local: 
             written.add(ordinal)
     wanted = local if also is None else np.union1d(local, also)
     n = costs[ordinal].decoded_in_order(wanted)
-    return Decoding(costs[ordinal].seconds(n) + writing, n, writing)
+    return Decoding(costs[ordinal].seconds(n, len(wanted)) + writing, n, writing)
 
 
 def decode_planned(catalog, video: str, cache: LabelCache, rounds: list[np.ndarray],

@@ -99,12 +99,14 @@ def lower_thread_priority(steps: int) -> None:
 
 @dataclass
 class DecodeStats:
-    """What decoders did, added up over pipelines: seconds spent decoding and converting
-    frames (not waiting for room downstream), and frames decoded (a GOP's lead-in to the
-    frames wanted included)."""
+    """What decoders did, added up over pipelines: seconds spent decoding frames (not
+    waiting for room downstream) and frames decoded (a GOP's lead-in to the frames wanted
+    included); seconds spent converting the frames wanted, and how many."""
 
     seconds: float = 0.0
     frames: int = 0
+    convert_seconds: float = 0.0
+    converted: int = 0
 
 
 class Pipeline:
@@ -213,6 +215,8 @@ class Pipeline:
             for work in self._work:
                 self.stats.seconds += work.seconds
                 self.stats.frames += work.frames
+                self.stats.convert_seconds += work.convert_seconds
+                self.stats.converted += work.converted
             self._work = [DecodeStats() for _ in self._work]
 
     @property
@@ -325,7 +329,12 @@ class Pipeline:
                 if self._stop.is_set():
                     return
                 names[filled] = index
+                decoded = time.perf_counter()
                 piece[filled] = self.spec.apply(frame, reader.reformatter)
+                converted = time.perf_counter()
+                work.convert_seconds += converted - decoded
+                work.seconds -= converted - decoded  # the stretch's time, added below, less this
+                work.converted += 1
                 self._decoded[worker] += 1
                 filled += 1
                 if filled == self._piece:

@@ -59,17 +59,23 @@ def test_auto_writes_the_rendition_on_first_use_where_random_reads_are_costly(lo
         assert db.catalog.rendition_to_write("v", 0, oracle, np.arange(N)) is None
         db.sql("SELECT count(*) FROM v WHERE frame < 16 AND objects('car') >= 1").df()
         # rent or buy: 60 frames of the 6 GOPs read from the file (about 660 frames decoded)
-        # cost less than writing the copy (720 frames decoded and encoded at 1.1x) ...
+        # cost less than writing the copy (720 frames decoded, converted and encoded) ...
         db.sql("SELECT AVG(objects('car')) FROM v ORACLE BUDGET 60 SEED 1").df()
         spent = json.loads((db.catalog.clip_dir("v", 0) / FILE_READS).read_text())[str(SIDE)]
         writing, planned = db.catalog.rendition_to_write("v", 0, oracle, np.arange(N))
         assert list(planned.keyframes) == list(range(0, N, ORACLE_GOP))
         assert planned.random_read_seconds() * 4 <= file.random_read_seconds()
         assert not folder.exists() and spent > 0
-        # ... so the next sample, whose reads bring the total past it, writes it first
-        sql = "SELECT AVG(objects('car')) FROM v ORACLE BUDGET 120 SEED 2"
-        plan = db.sql(f"EXPLAIN {sql}").df().iloc[0]
-        assert "includes writing the oracle rendition first" in plan["note"]
+        # ... so a later sample, whose reads bring the total past it, writes it first, and
+        # its EXPLAIN says so
+        for seed in range(2, 6):
+            sql = f"SELECT AVG(objects('car')) FROM v ORACLE BUDGET 120 SEED {seed}"
+            plan = db.sql(f"EXPLAIN {sql}").df().iloc[0]
+            if "includes writing the oracle rendition first" in plan["note"]:
+                break
+            db.sql(sql).df()
+            assert not folder.exists()
+        writing, _ = db.catalog.rendition_to_write("v", 0, oracle, np.arange(N))
         assert plan["estimated_decode_seconds"] >= writing
         db.sql(sql).df()
         assert (folder / "rendition.mp4").is_file()

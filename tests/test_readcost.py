@@ -53,9 +53,19 @@ def test_seconds_are_frames_times_the_decode_time(clip):
     assert cost_of(clip).seconds(50) == pytest.approx(0.1)
 
 
+def test_only_the_frames_read_are_converted():
+    """Decoding 120 frames to read 10 converts 10: a 1080p frame converts to RGB in about
+    half its decode time, so a call that reads most of what it decodes costs more per
+    decoded frame than one that skips most (learned from both, one decode time swung 2x)."""
+    cost = ReadCost(np.arange(0, 240, 120), 240, 0.004, 0.002)
+    assert cost.seconds(120, 10) == pytest.approx(120 * 0.004 + 10 * 0.002)
+    assert cost.random_read_seconds() == pytest.approx(60.5 * 0.004 + 0.002)
+
+
 def test_load_records_the_decode_time(clip, tmp_path):
     timing = measure_decode(clip)
     assert timing.frames_timed == 48 and 0 < timing.seconds_per_frame < 1
+    assert 0 < timing.seconds_per_read < 1
     with vidql.connect(tmp_path / "db.db", progress=False) as db:
         db.sql(f"LOAD VIDEO '{clip.path}' AS v")
         saved = load_timing(db.catalog.clip_dir("v", 0) / "decode.json")
@@ -98,4 +108,13 @@ def test_a_query_that_decodes_enough_frames_keeps_its_decode_time(clip, tmp_path
         learned = load_timing(saved)
         [cost] = db.catalog.read_costs("v", PLAIN)
     assert learned.frames_timed == N - 24 and learned.seconds_per_frame < 0.1  # from keyframe 24
+    assert 0 < learned.seconds_per_read < 0.1  # 80 frames read and converted
     assert cost.seconds_per_frame == learned.seconds_per_frame
+    assert cost.seconds_per_read == learned.seconds_per_read
+
+
+def test_a_timing_without_conversions_is_measured_again(clip, tmp_path):
+    """decode.json written before conversions were timed apart is read as missing."""
+    saved = tmp_path / "decode.json"
+    saved.write_text('{"seconds_per_frame": 0.004, "frames_timed": 48, "width": 160, "height": 96}')
+    assert load_timing(saved) is None

@@ -593,15 +593,19 @@ class Catalog:
 
     def _learn_decoding(self, name: str, ordinal: int, oracle: Oracle, stats: DecodeStats) -> None:
         """Keep the decode time per frame a labelling call measured on what `oracle` read of
-        a clip, when it decoded at least MEASURED_FRAMES frames: a query's own decoding,
-        beside the oracle on a machine as busy as it is, prices the next ones better than
-        LOAD's few frames (on a busy 2-core machine these read 12 ms for a 1080p frame whose
-        queries decoded it in 5-6)."""
+        a clip, when it decoded at least MEASURED_FRAMES frames, and its conversion time per
+        frame read, when it read that many: a query's own decoding, beside the oracle on a
+        machine as busy as it is, prices the next ones better than LOAD's few frames (on a
+        busy 2-core machine these read 12 ms for a 1080p frame whose queries decoded it in
+        5-6)."""
         if stats.frames < MEASURED_FRAMES or self.read_only:
             return
         info, folder = self._read_source(name, ordinal, oracle)
+        read = self._timed(info, folder).seconds_per_read
+        if stats.converted >= MEASURED_FRAMES:
+            read = stats.convert_seconds / stats.converted
         timing = DecodeTiming(stats.seconds / stats.frames, stats.frames, int(info.width),
-                              int(info.height))
+                              int(info.height), read)
         save_timing(timing, folder / DECODE_TIMING)
         self._read_costs[folder] = ReadCost.of(info, timing)
 
@@ -646,7 +650,7 @@ class Catalog:
     def _file_seconds(self, name: str, ordinal: int, frames: np.ndarray) -> float:
         """Estimated seconds to decode a clip's `frames` from its file in one call."""
         file = self._file_cost(name, ordinal)
-        return file.seconds(file.decoded_in_order(frames))
+        return file.seconds(file.decoded_in_order(frames), len(np.unique(frames)))
 
     def _pending_rendition(self, name: str, ordinal: int,
                            oracle: Oracle) -> tuple[int, ReadCost, float] | None:
@@ -656,7 +660,8 @@ class Catalog:
         if auto is None or self.oracle_rendition(name, ordinal, oracle, write=False) is not None:
             return None
         file = self._file_cost(name, ordinal)
-        return (*auto, file.frame_count * (file.seconds_per_frame + auto[1].seconds_per_frame))
+        return (*auto, file.seconds(file.frame_count, file.frame_count)
+                + auto[1].seconds(file.frame_count))
 
     def _file_reads(self, name: str, ordinal: int) -> dict[str, float]:
         """A clip's account: estimated seconds each oracle input side (as text) spent
