@@ -54,14 +54,15 @@ def test_weights_are_found_or_named(monkeypatch, tmp_path):
 @needs_weights
 def test_default_index_embeds_with_efficientnet_and_new_frames_embed_the_same(tmp_path):
     toy = ToyTraffic(n_frames=240, seed=2)
-    index = TastiIndex.build(toy, CountingOracle(toy.labels), reps=40, size=(96, 64), dim=32,
+    index = TastiIndex.build(toy, CountingOracle(toy.labels), reps=40, size=(96, 64),
                              progress=False)
     assert index.config["embedder"] == "efficientnet" and "note" not in index.stats
     assert index.stats["oracle_calls"] == 40
-    # the class counts read off the 32 principal components, appended to them
+    # the class counts read off the 20 principal components (one per two labelled frames,
+    # `default_dim`), appended to them
     classes = sorted(index.labels["label"].unique())
     assert index.stats["count_classes"] == classes
-    assert index.embeddings.shape == (240, 32 + len(classes))
+    assert index.config["dim"] == 20 and index.embeddings.shape == (240, 20 + len(classes))
     index.save(tmp_path / "idx")
     loaded = TastiIndex.load(tmp_path / "idx")
     again = loaded.load_encoder().embed(toy, 200, 240, size=(96, 64), progress=False)
