@@ -5,7 +5,7 @@ import pytest
 from test_index_efficientnet import needs_weights
 from test_index_source import ToyTraffic
 
-from vidql.bench.scenarios_index import (VIDQL, _ceiling_rows, learning_curve,
+from vidql.bench.scenarios_index import (VIDQL, ceiling_note, ceiling_rows, learning_curve,
                                          neighbour_ceiling, neighbour_truth)
 from vidql.engine.sql.framestat import evaluate
 
@@ -39,7 +39,7 @@ def test_learning_curve_builds_each_budget_up_to_half_the_frames_and_reuses_know
     curve = learning_curve(toy, toy.labels, stats, truths, seed=0, known=known)
     assert list(curve) == [50, 100] and curve[50] == known[50]  # 200 > 240 // 2
     assert curve[100]["objects('car')"] > 0.5
-    rows = _ceiling_rows("toy", {"learning_curve": curve,
+    rows = ceiling_rows("toy", {"learning_curve": curve,
                                  "neighbour_truth": neighbour_ceiling(truths, stats)}, stats)
     assert [r["measure"] for r in rows][:2] == [
         "Spearman rho objects('car') at 50/100 labels",
@@ -47,3 +47,15 @@ def test_learning_curve_builds_each_budget_up_to_half_the_frames_and_reuses_know
     assert rows[0][VIDQL] == "0.5 / " + str(curve[100]["objects('car')"])
 
 
+
+
+def test_theceiling_note_names_predicates_in_3_to_30_percent_of_frames_and_flags_flicker():
+    figures = {"base_rates": {"objects('car')": 1.0, "contains('person')": 0.12,
+                              "contains('car')": 1.0},
+               "learning_curve": {50: {"contains('person')": 0.94},
+                                  100: {"contains('person')": 0.96}},
+               "neighbour_truth": {1: {"contains('person')": 0.9},
+                                   5: {"contains('person')": 0.93}}}
+    assert ceiling_note("clip", figures) == (
+        "ceiling, clip: AUC contains('person') (12% of frames) 0.94 / 0.96 at 50/100 labels; "
+        "the truth beside each frame, w = 1/5: 0.9 / 0.93 (below 0.95 at every w).")
