@@ -47,6 +47,7 @@ REPS_FRACTION, REPS_FLOOR, REPS_CAP = 0.02, 50, 2000  # default labels: 2% in [5
 TRIPLETS_PER_FRAME, TRIPLETS_FLOOR, TRIPLETS_CAP = 80, 2000, 12_000
 LIMITS = {"k": (1, 64), "seed": (0, 2**31 - 1), "dim": (2, 1024),
           "triplets": (1, 1_000_000)}  # train and reps: [0 or 1, n_frames]
+DIM = 128  # the embedding's size (for 'efficientnet', at most one per two labelled frames)
 
 
 def default_sizes(n_frames: int) -> dict:
@@ -78,19 +79,34 @@ def default_embedder() -> str:
 def check_options(n_frames: int, **options) -> dict:
     """Build options (train, reps, k, seed, embedder, dim, triplets) checked against their
     allowed ranges, None or missing ones set to their defaults (`default_sizes` for train,
-    reps and triplets); a ParameterError names the value and the range."""
+    reps and triplets; `default_dim` for dim); a ParameterError names the value and the
+    range."""
     if int(n_frames) < 1:
         raise ParameterError(f"the video has no frames (n_frames = {n_frames})")
     embedder = options.get("embedder") or default_embedder()
     if embedder not in EMBEDDERS:
         raise ParameterError(f"embedder must be one of {', '.join(EMBEDDERS)}, got {embedder!r}")
     limits = {**LIMITS, "train": (0, n_frames), "reps": (1, n_frames)}
-    defaults = {**default_sizes(n_frames), "k": 5, "seed": 0, "dim": 128}
+    defaults = {**default_sizes(n_frames), "k": 5, "seed": 0}
     out = {}
     for name in ("train", "reps", "k", "seed", "dim", "triplets"):
         value = options.get(name)
-        out[name] = defaults[name] if value is None else check_int(name, value, *limits[name])
+        if value is None and name == "dim":
+            out[name] = default_dim(embedder, out["reps"])
+        else:
+            out[name] = defaults[name] if value is None else check_int(name, value, *limits[name])
     return {**out, "embedder": embedder}
+
+
+def default_dim(embedder: str, reps: int) -> int:
+    """DIM, but for 'efficientnet' (principal components that a linear probe and the count
+    regression are fitted on, over `reps` labelled frames) at most one per two labelled
+    frames: with 50 labels, 25 components rather than 128 lifted the mean predicate AUC on
+    the five shared real clips over six seeds (hangzhou person 0.82 -> 0.89, residential
+    truck 0.78 -> 0.81, ua_detrac truck 0.83 -> 0.85); with 200 labels 100 and 128 tie."""
+    if embedder != "efficientnet":
+        return DIM
+    return max(LIMITS["dim"][0], min(DIM, reps // 2))
 
 
 def check_int(name: str, value, low: int, high: int) -> int:
@@ -262,7 +278,7 @@ class TastiIndex:
     def build(cls, source, label_fn: LabelFn, *, train: int | None = None,
               reps: int | None = None, k: int = 5, seed: int = 0, embedder: str | None = None,
               size: tuple[int, int] = (64, 36), progress: bool = True,
-              identity: dict | None = None, weights=None, dim: int = 128,
+              identity: dict | None = None, weights=None, dim: int | None = None,
               triplets: int | None = None, lr: float = 1e-3, margin: float = 1.0,
               count_weight: float = 30.0, jitter: bool = True, box_tol: float = 1.0,
               eps: float = DEFAULT_EPS, threads: int | None = None,
@@ -271,12 +287,12 @@ class TastiIndex:
         and find each frame's `k` nearest representatives.
 
         `embedder` (None: `default_embedder`): 'efficientnet' embeds with ImageNet
-        EfficientNet-Lite0's grid features (`weights` or the packaged file) on their
-        principal components, fitted on frames spread over the video
-        (`fit_efficientnet_embeddings`), read best at the short side EMBEDDER_SHORT_SIDE
-        gives; once the representatives are labelled, the class counts a ridge regression
-        reads off those components are appended (`count_space`), so that distances see
-        counts; its proxies add a linear probe (`linear_readout`). 'triplet' trains a
+        EfficientNet-Lite0's grid features (`weights` or the packaged file) on their top
+        `dim` principal components (None: `default_dim`), fitted on frames spread over the
+        video (`fit_efficientnet_embeddings`), read best at the short side
+        EMBEDDER_SHORT_SIDE gives; once the representatives are labelled, the class counts
+        a ridge regression reads off those components are appended (`count_space`), so that
+        distances see counts; its proxies add a linear probe (`linear_readout`). 'triplet' trains a
         compact CNN with triplet loss on `train` frames chosen by farthest-point-first over a
         mining embedding (pretrained ResNet-18 when local weights exist, else the pixel
         embedding) together with the random representatives. 'pretrained' uses ResNet-18 features (needs local `weights` or the

@@ -6,7 +6,7 @@ import pytest
 
 import vidql
 from vidql.datasets import ensure_traffic
-from vidql.indexes.tasti import default_sizes
+from vidql.indexes.tasti import check_options, default_sizes
 
 N_FRAMES = 600
 
@@ -18,6 +18,14 @@ def test_default_sizes_follow_the_frame_count(n_frames, reps):
     assert sizes["reps"] == reps and sizes["train"] == reps // 2
     assert sizes["reps"] <= max(1, n_frames // 5)  # a short clip is never fully labelled
     assert 2000 <= sizes["triplets"] <= 12_000
+
+
+@pytest.mark.parametrize("n_frames, options, dim", [
+    (1000, {}, 25), (10_000, {}, 100), (100_000, {}, 128), (1000, {"reps": 3}, 2),
+    (1000, {"dim": 64}, 64), (1000, {"embedder": "triplet"}, 128)])
+def test_efficientnet_keeps_one_component_per_two_labelled_frames_by_default(n_frames, options,
+                                                                             dim):
+    assert check_options(n_frames, **{"embedder": "efficientnet", **options})["dim"] == dim
 
 
 @pytest.fixture(scope="module")
