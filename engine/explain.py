@@ -20,7 +20,7 @@ from vidql.engine.sql.framestat import FrameExpr, frame_statistic, is_predicate
 from vidql.engine.planner import (OPERATORS, Binding, budget_result, cap_ran_out, column_groups,
                                   count_star, error_bound, group_codes, grouped_error_bound,
                                   predicate_expr, query_confidence)
-from vidql.engine.pricing import (TIMING_FRAMES, Decoding, Price, decode_planned,
+from vidql.engine.pricing import (TIMING_FRAMES, Price, decode_planned,
                                   decode_seconds, oracle_ms, price, uniform_draw)
 from vidql.engine.result import Report, Result
 from vidql.queries import selection_forecast
@@ -61,9 +61,7 @@ def estimate_approximate(db, q: Query, b: Binding | None = None) -> tuple[Report
         decoding = decode_planned(db.catalog, b.video, b.cache, batches,
                                   _planned_draws(batches, fresh, q.clauses.budget))
     else:  # each labelling call decodes its frames' GOPs again
-        decoding = Decoding()
-        for frames in batches:
-            decoding = decoding.plus(decode_seconds(db.catalog, b.video, b.cache, frames))
+        decoding = decode_seconds(db.catalog, b.video, b.cache, batches)
     plan = Price(int(calls), None if ms is None else calls * ms / 1000, decoding.seconds,
                  decoding.frames, decoding.writing)
     report.simulated_cost_ms = b.cache.oracle.simulated_cost_ms

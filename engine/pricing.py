@@ -90,35 +90,48 @@ def oracle_ms(catalog, cache: LabelCache, frames: np.ndarray) -> tuple[float | N
             f"the oracle was timed on {fresh.size} frame(s) for this estimate (their labels are kept)")
 
 
-def decode_seconds(catalog, video: str, cache: LabelCache, frames: np.ndarray) -> Decoding:
-    """Decoding the global positions `frames` in file order, clip by clip, in one labelling
-    call (which may write a clip's 'auto' oracle rendition first, and read that);
-    nothing for an oracle that needs no pixels."""
-    frames = np.unique(np.asarray(frames, dtype=np.int64))
-    if not cache.oracle.needs_pixels or frames.size == 0:
+class _Reading:
+    """What a query's labelling calls read, call after call: each clip's ReadCost (its 'auto'
+    oracle rendition's once a call writes it, as the engine does) and the file reads of its
+    earlier calls, which count toward writing it (rent or buy, `Catalog.rendition_to_write`)."""
+
+    def __init__(self, catalog, video: str, cache: LabelCache):
+        self.catalog, self.video, self.oracle = catalog, video, cache.oracle
+        self.costs = catalog.read_costs(video, cache.oracle)
+        self.written: set[int] = set()
+        self.rented: dict[int, float] = {}  # estimated file seconds of earlier calls
+
+    def call(self, ordinal: int, local: np.ndarray, also: np.ndarray | None = None) -> Decoding:
+        """Decoding a clip's frames `local` (and `also`, kept for later) in one labelling
+        call: writing its 'auto' oracle rendition first where the call would, and reading."""
+        writing = 0.0
+        if ordinal not in self.written:
+            write = self.catalog.rendition_to_write(self.video, ordinal, self.oracle, local,
+                                                    self.rented.get(ordinal, 0.0))
+            if write is None:
+                self.rented[ordinal] = self.rented.get(ordinal, 0.0) + \
+                    self.catalog.file_read_seconds(self.video, ordinal, local)
+            else:
+                writing, self.costs[ordinal] = write
+                self.written.add(ordinal)
+        wanted = local if also is None else np.union1d(local, also)
+        cost = self.costs[ordinal]
+        n = cost.decoded_in_order(wanted)
+        return Decoding(cost.seconds(n, len(wanted)) + writing, n, writing)
+
+
+def decode_seconds(catalog, video: str, cache: LabelCache, calls: list[np.ndarray]) -> Decoding:
+    """Decoding the global positions of each of `calls` (labelling calls, one after the
+    other) in file order, clip by clip (a call may write a clip's 'auto' oracle rendition
+    first, and read that); nothing for an oracle that needs no pixels."""
+    if not cache.oracle.needs_pixels:
         return Decoding()
-    costs, written = catalog.read_costs(video, cache.oracle), set()
-    total = Decoding()
-    for ordinal, local, _ in cache.clip_map.pieces(frames):
-        total = total.plus(_clip_decoding(catalog, video, cache, ordinal, local, costs, written))
+    reading, total = _Reading(catalog, video, cache), Decoding()
+    for frames in calls:
+        frames = np.unique(np.asarray(frames, dtype=np.int64))
+        for ordinal, local, _ in cache.clip_map.pieces(frames):
+            total = total.plus(reading.call(ordinal, local))
     return total
-
-
-def _clip_decoding(catalog, video: str, cache: LabelCache, ordinal: int, local: np.ndarray,
-                   costs: list, written: set, also: np.ndarray | None = None) -> Decoding:
-    """Decoding a clip's frames `local` (and `also`, kept for later) in one labelling call:
-    writing its 'auto' oracle rendition first where the call would (then `costs[ordinal]`
-    becomes the rendition's estimated cost and `ordinal` joins `written`, for later calls),
-    and reading them."""
-    writing = 0.0
-    if ordinal not in written:
-        write = catalog.rendition_to_write(video, ordinal, cache.oracle, local)
-        if write is not None:
-            writing, costs[ordinal] = write
-            written.add(ordinal)
-    wanted = local if also is None else np.union1d(local, also)
-    n = costs[ordinal].decoded_in_order(wanted)
-    return Decoding(costs[ordinal].seconds(n, len(wanted)) + writing, n, writing)
 
 
 def decode_planned(catalog, video: str, cache: LabelCache, rounds: list[np.ndarray],
@@ -129,7 +142,7 @@ def decode_planned(catalog, video: str, cache: LabelCache, rounds: list[np.ndarr
     to the planned frames in them worth keeping that fit in the store, which it keeps."""
     if not cache.oracle.needs_pixels or not rounds:
         return Decoding()
-    costs, written = catalog.read_costs(video, cache.oracle), set()
+    reading = _Reading(catalog, video, cache)
     kept = np.zeros(cache.n_frames, dtype=bool)
     total, done = Decoding(), 0
     for frames in rounds:
@@ -145,17 +158,16 @@ def decode_planned(catalog, video: str, cache: LabelCache, rounds: list[np.ndarr
             mine = (later >= first) & (later < first + clip.frame_count)
             room = store.STORE_BYTES // (clip.kept_size[0] * clip.kept_size[1] * 3) - int(kept.sum())
             extra = store.frames_to_keep(local, later[mine] - first, draws[mine], done,
-                                         costs[ordinal].keyframes, room)
+                                         reading.costs[ordinal].keyframes, room)
             kept[first + extra] = True
-            total = total.plus(_clip_decoding(catalog, video, cache, ordinal, local, costs,
-                                              written, extra))
+            total = total.plus(reading.call(ordinal, local, extra))
     return total
 
 
 def price(catalog, video: str, cache: LabelCache, frames: np.ndarray, ms: float | None) -> Price:
     """The price of labelling the global positions `frames` (all of them new) in one
     labelling call, which decodes them in file order."""
-    decoding = decode_seconds(catalog, video, cache, frames)
+    decoding = decode_seconds(catalog, video, cache, [frames])
     oracle = None if ms is None else len(frames) * ms / 1000
     return Price(int(len(frames)), oracle, decoding.seconds, decoding.frames, decoding.writing)
 

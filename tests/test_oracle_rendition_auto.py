@@ -149,3 +149,47 @@ def test_the_same_answer_from_the_auto_rendition_as_from_the_file(tmp_path):
             written = (db.catalog.clip_dir("v", 0) / f"{ORACLE_RENDITION}_416").is_dir()
             assert written == (option == "")
     assert answers[""] == answers[" WITH (oracle_rendition = 'none')"]
+
+
+def test_frames_a_query_kept_are_no_file_reads(long_gop, detector, tmp_path):
+    """A labelling call's frames served from the query's decoded frames (decoded by an
+    earlier call) cost no read of the file, so they put nothing on the account toward the
+    copy (before, each ERROR WITHIN round charged a fresh random read of all its frames,
+    and a query that read the file once bought the copy midway)."""
+    from vidql.engine.labels.decoded import DecodedFrames
+
+    with vidql.connect(tmp_path / "db.duckdb", progress=False) as db:
+        load(db, long_gop, detector)
+        cache = db.labels("v")
+        account = db.catalog.clip_dir("v", 0) / FILE_READS
+        kept = DecodedFrames(N)
+        kept.plan(np.r_[[5, 300, 6, 301], np.setdiff1d(np.arange(N), [5, 300, 6, 301])])
+        kept.unplan(np.array([5, 300]))
+        with cache.frame_batches(np.array([5, 300]), 8, kept) as batches:
+            assert [ids.tolist() for ids, _ in batches] == [[5, 300]]
+        first = json.loads(account.read_text())[str(SIDE)]
+        assert first > 0 and kept.held[[6, 301]].all()
+        kept.unplan(np.array([6, 301]))
+        with cache.frame_batches(np.array([6, 301]), 8, kept) as batches:
+            assert [ids.tolist() for ids, _ in batches] == [[6, 301]]
+        assert json.loads(account.read_text())[str(SIDE)] == first
+
+
+def test_explain_counts_a_querys_earlier_calls_toward_the_copy(long_gop, detector, tmp_path):
+    """A query of several labelling calls, none of which alone reads enough of the file to
+    buy the copy: its calls' reads add up, so pricing has the call that brings them past
+    the copy's cost write it (as the engine's account does), and no call after reads the
+    file (before, each call was priced as the query's first)."""
+    from vidql.engine.pricing import decode_seconds
+
+    with vidql.connect(tmp_path / "db.duckdb", progress=False) as db:
+        load(db, long_gop, detector)
+        cache, oracle = db.labels("v"), db.labels("v").oracle
+        calls = [np.arange(k, N, 120) for k in range(5, 120, 10)]  # every GOP, each call
+        assert all(db.catalog.rendition_to_write("v", 0, oracle, c) is None for c in calls)
+        writing, _ = db.catalog.rendition_to_write("v", 0, oracle, np.arange(N), 1e9)
+        priced = decode_seconds(db.catalog, "v", cache, calls)
+        assert priced.writing == pytest.approx(writing)
+        alone = [decode_seconds(db.catalog, "v", cache, [c]) for c in calls]
+        assert sum(d.writing for d in alone) == 0
+        assert priced.seconds < sum(d.seconds for d in alone) + writing

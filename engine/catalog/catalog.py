@@ -609,8 +609,8 @@ class Catalog:
         save_timing(timing, folder / DECODE_TIMING)
         self._read_costs[folder] = ReadCost.of(info, timing)
 
-    def rendition_to_write(self, name: str, ordinal: int, oracle: Oracle,
-                           frames: np.ndarray) -> tuple[float, ReadCost] | None:
+    def rendition_to_write(self, name: str, ordinal: int, oracle: Oracle, frames: np.ndarray,
+                           earlier: float = 0.0) -> tuple[float, ReadCost] | None:
         """(estimated seconds to write it, its estimated ReadCost) when a labelling call of
         a clip's `frames` by `oracle` writes the clip's 'auto' oracle rendition first; else
         None. Rent or buy: the rendition (one that pays, `_auto_rendition`, not written yet)
@@ -618,9 +618,10 @@ class Catalog:
         (estimated, kept in the clip's folder across processes), would reach what writing
         it costs (a decode of the clip and the copy's encoding), which spends at most twice
         the better of never and at once. A few frames (EXPLAIN timing a new oracle) or the
-        first short calls on a long video read the file."""
+        first short calls on a long video read the file. `earlier`: estimated file reads of
+        the same query's earlier calls, not on the account yet (EXPLAIN pricing a query)."""
         pending = self._pending_rendition(name, ordinal, oracle)
-        if pending is None or not self._buys(name, ordinal, pending, frames):
+        if pending is None or not self._buys(name, ordinal, pending, frames, earlier):
             return None
         return pending[2], pending[1]
 
@@ -636,18 +637,20 @@ class Catalog:
         if not self.read_only:
             account = self._file_reads(name, ordinal)
             account[str(pending[0])] = account.get(str(pending[0]), 0.0) + \
-                self._file_seconds(name, ordinal, frames)
+                self.file_read_seconds(name, ordinal, frames)
             with atomic_path(self.clip_dir(name, ordinal) / FILE_READS) as tmp:
                 Path(tmp).write_text(json.dumps(account))
         return False
 
-    def _buys(self, name: str, ordinal: int, pending: tuple, frames: np.ndarray) -> bool:
+    def _buys(self, name: str, ordinal: int, pending: tuple, frames: np.ndarray,
+              earlier: float = 0.0) -> bool:
         """Whether reading `frames` of a clip's file would bring the reads on the account
-        of its pending rendition (`_pending_rendition`) to the cost of writing it."""
-        spent = self._file_reads(name, ordinal).get(str(pending[0]), 0.0)
-        return spent + self._file_seconds(name, ordinal, frames) >= pending[2]
+        of its pending rendition (`_pending_rendition`), and `earlier` ones not on it yet,
+        to the cost of writing it."""
+        spent = self._file_reads(name, ordinal).get(str(pending[0]), 0.0) + earlier
+        return spent + self.file_read_seconds(name, ordinal, frames) >= pending[2]
 
-    def _file_seconds(self, name: str, ordinal: int, frames: np.ndarray) -> float:
+    def file_read_seconds(self, name: str, ordinal: int, frames: np.ndarray) -> float:
         """Estimated seconds to decode a clip's `frames` from its file in one call."""
         file = self._file_cost(name, ordinal)
         return file.seconds(file.decoded_in_order(frames), len(np.unique(frames)))
@@ -1007,11 +1010,13 @@ class Catalog:
         ua_detrac 8.5 s against 7.7 s, an ORACLE BUDGET 60 query 7.8 s against 2.6 s),
         which costs more than the 10% that nice 10 saved a scan on an idle machine.
         Inside a query, `kept` (engine/labels/decoded.py) serves frames decoded earlier and
-        keeps the query's planned frames of the GOPs decoded."""
+        keeps the query's planned frames of the GOPs decoded; frames it serves cost no read
+        toward an 'auto' rendition (rent or buy)."""
         def clip_batches(positions: np.ndarray, batch_size: int, kept):
             for o, local, _ in clip_map.pieces(positions):
                 self.check_clip(name, o, again=True)
-                write = self._rent_or_buy(name, o, oracle, local)
+                held = np.zeros(len(local), bool) if kept is None else kept.held[clip_map.first[o] + local]
+                write = self._rent_or_buy(name, o, oracle, local[~held])  # the file reads
                 clip, stats = self.oracle_input(name, o, oracle, write), DecodeStats()
                 yield from clip_pixels(clip, int(clip_map.first[o]), local, batch_size, kept, stats)
                 self._learn_decoding(name, o, oracle, stats)
