@@ -180,7 +180,7 @@ def test_explain_prices_decoding_beside_the_exact_scan(long_gop):
     # 24 frames drawn from two 120-frame GOPs: both decoded nearly to their ends, 24 read
     assert cost.seconds(200, 24) <= plan["estimated_decode_seconds"] <= cost.seconds(240, 24)
     ms = db.catalog.measured_ms_per_frame(db.catalog.label_cache("g").oracle.identity)
-    def wall(oracle_s, decode_s):  # a quarter of decoding hides behind the oracle
+    def wall(oracle_s, decode_s):  # DECODE_HIDDEN of decoding hides behind the oracle
         return max(decode_s, oracle_s + (1 - DECODE_HIDDEN) * decode_s)
 
     assert plan["estimated_seconds"] == pytest.approx(
