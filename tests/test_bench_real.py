@@ -23,8 +23,10 @@ def test_real_scenario_measures_every_kind_beside_the_scan(tiny_real_bench):
     [hd] = list(tiny_real_bench.cache_dir.glob("*gop120*.mp4"))
     info = probe_video(hd)
     assert list(info.keyframes) == [0] and info.frame_count == 60  # one 120-frame GOP
-    for row in result.table:
-        assert row["seconds"] > 0 and row["physical_limit"] > 0 and row["explain_seconds"] > 0
+    for row in result.table:  # a LIMIT the index's labelled frames answer calls nothing
+        assert row["seconds"] > 0
+        if row["oracle_calls"]:
+            assert row["physical_limit"] > 0 and row["explain_seconds"] > 0
     # a 640x360 copy would not pay: 'auto' reads the file
     assert {row["reads"] for row in result.table if row["clip"] == clips[0]} == {"file"}
     assert {row["reads"] for row in result.table if row["clip"] == clips[1]} == {"oracle rendition"}
