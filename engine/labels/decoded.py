@@ -48,14 +48,14 @@ def frames_to_keep(wanted: np.ndarray, planned: np.ndarray, draws: np.ndarray, d
     end = ends[gops]
     saving = np.minimum(1.0, drawn / np.maximum(draws, 1)) * (planned - keyframes[gops] + 1)
     keep = (end >= 0) & (planned <= end)
-    for gop in np.unique(gops[end >= 0]):
-        beyond = np.flatnonzero((gops == gop) & (planned > end))
-        if len(beyond):
-            beyond = beyond[np.argsort(planned[beyond], kind="stable")]
-            gain = np.cumsum(saving[beyond]) - (planned[beyond] - ends[gop])
+    beyond = np.flatnonzero((end >= 0) & (planned > end))
+    beyond = beyond[np.lexsort((planned[beyond], gops[beyond]))]  # by GOP, then in file order
+    for part in np.split(beyond, np.flatnonzero(np.diff(gops[beyond])) + 1):
+        if len(part):
+            gain = np.cumsum(saving[part]) - (planned[part] - end[part])
             best = int(np.argmax(gain))
             if gain[best] > 0:
-                keep[beyond[:best + 1]] = True
+                keep[part[:best + 1]] = True
     return planned[keep][:room]
 
 
