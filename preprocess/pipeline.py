@@ -452,5 +452,7 @@ def located(stage: str, batch: Batch, exc: BaseException) -> BaseException:
 
 
 def thread_names() -> list[str]:
-    """Names of this module's threads still alive (for tests and leak checks)."""
-    return [t.name for t in threading.enumerate() if t.name.startswith("vidql-")]
+    """Names of this module's threads still alive (for tests and leak checks): a pipeline's
+    decoders, batcher and transformers, not other vidql threads (an ONNX oracle's pool)."""
+    return [t.name for t in threading.enumerate()
+            if t.name.startswith(("vidql-decode-", "vidql-batch", "vidql-transform-"))]
