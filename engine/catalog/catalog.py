@@ -621,7 +621,7 @@ class Catalog:
         first short calls on a long video read the file. `earlier`: estimated file reads of
         the same query's earlier calls, not on the account yet (EXPLAIN pricing a query)."""
         pending = self._pending_rendition(name, ordinal, oracle)
-        if pending is None or not self._buys(name, ordinal, pending, frames, earlier):
+        if pending is None or self._reads_with(name, ordinal, pending, frames, earlier)[1] < pending[2]:
             return None
         return pending[2], pending[1]
 
@@ -632,23 +632,22 @@ class Catalog:
         pending = self._pending_rendition(name, ordinal, oracle)
         if pending is None:
             return False
-        if self._buys(name, ordinal, pending, frames):
+        account, reads = self._reads_with(name, ordinal, pending, frames)
+        if reads >= pending[2]:
             return True
         if not self.read_only:
-            account = self._file_reads(name, ordinal)
-            account[str(pending[0])] = account.get(str(pending[0]), 0.0) + \
-                self.file_read_seconds(name, ordinal, frames)
+            account[str(pending[0])] = reads
             with atomic_path(self.clip_dir(name, ordinal) / FILE_READS) as tmp:
                 Path(tmp).write_text(json.dumps(account))
         return False
 
-    def _buys(self, name: str, ordinal: int, pending: tuple, frames: np.ndarray,
-              earlier: float = 0.0) -> bool:
-        """Whether reading `frames` of a clip's file would bring the reads on the account
-        of its pending rendition (`_pending_rendition`), and `earlier` ones not on it yet,
-        to the cost of writing it."""
-        spent = self._file_reads(name, ordinal).get(str(pending[0]), 0.0) + earlier
-        return spent + self.file_read_seconds(name, ordinal, frames) >= pending[2]
+    def _reads_with(self, name: str, ordinal: int, pending: tuple, frames: np.ndarray,
+                    earlier: float = 0.0) -> tuple[dict[str, float], float]:
+        """(a clip's account, the file reads on it for its pending rendition
+        (`_pending_rendition`) with `earlier` ones not on it yet and reading `frames`)."""
+        account = self._file_reads(name, ordinal)
+        spent = account.get(str(pending[0]), 0.0) + earlier
+        return account, spent + self.file_read_seconds(name, ordinal, frames)
 
     def file_read_seconds(self, name: str, ordinal: int, frames: np.ndarray) -> float:
         """Estimated seconds to decode a clip's `frames` from its file in one call."""
