@@ -4,9 +4,9 @@ long-GOP clip made from one (what surveillance cameras record: 1080p, a keyframe
 120 frames), loaded with the defaults (its 'auto' oracle rendition: short GOPs at the
 detector's input size, written by the query whose file reads reach its cost), with that
 rendition written at LOAD (oracle_rendition = 416: what 'auto' reads once written), and
-read from its file (oracle_rendition = 'none'). Per query: wall seconds, oracle calls, the decoder wait, EXPLAIN's forecast,
-and the physical limit (the labels' detector time plus one in-order decode of the GOPs they
-touch)."""
+read from its file (oracle_rendition = 'none'). Per query: wall seconds, oracle calls, the
+decoder wait, EXPLAIN's forecast, and the physical limit (the labels' detector time plus
+one in-order decode of the GOPs they touch)."""
 from __future__ import annotations
 
 import re

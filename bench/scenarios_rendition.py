@@ -17,12 +17,11 @@ from vidql.preprocess.readcost import ReadCost, measure_decode, rendition_cost, 
 from vidql.preprocess.rendition import ORACLE_GOP, Rendition, make_oracle_rendition
 
 from .registry import BenchContext, ScenarioResult, scenario
-from .scenarios_real import NEEDS_SHARED, real_inputs
+from .scenarios_real import NEEDS_SHARED, WRITTEN, real_inputs
 
 CLIPS = ("ua_detrac.mp4", "highway.avi", "indoor_people.mp4", "residential_street.mp4",
          "hangzhou_junction_720p.mp4")
 AGREEMENT = 0.98  # the share of frames with equal counts that a default rendition needs
-ORACLE_RENDITION = 416  # YOLOX-Nano's input side
 
 
 def class_counts(oracle, frames: np.ndarray, source_size=None) -> np.ndarray:
@@ -50,12 +49,13 @@ def random_reads(path: Path, info, frames: np.ndarray) -> tuple[float, float]:
 
 
 def oracle_rendition(clip: Path, cache: Path):
-    """The clip's oracle rendition at ORACLE_RENDITION, made once into `cache`."""
-    folder = cache / f"oracle_rendition_{clip.stem}_{ORACLE_RENDITION}"
+    """The clip's oracle rendition at WRITTEN (YOLOX-Nano's input side), made once into
+    `cache`."""
+    folder = cache / f"oracle_rendition_{clip.stem}_{WRITTEN}"
     try:
         return Rendition.load(folder)
     except Exception:  # noqa: BLE001 - absent or partial: make it
-        return make_oracle_rendition(clip, folder, ORACLE_RENDITION)
+        return make_oracle_rendition(clip, folder, WRITTEN)
 
 
 def clip_row(ctx: BenchContext, clip: Path, oracle) -> dict:

@@ -7,9 +7,10 @@ from that keyframe to f. Read in file order by one decoder that moves forward (v
 the keyframe to the last one wanted there; read one at a time, each frame costs its own
 distance from the keyframe. Only the frames read are converted to RGB (a 1080p frame's
 conversion costs about half its decoding), so a call that keeps most of the frames it
-decodes costs more per decoded frame than one that skips most. `ReadCost` prices both, from which EXPLAIN and the planner
-price a query's decoding, and from which a video loaded with `oracle_rendition = 'auto'`
-decides whether a clip's oracle rendition pays (`rendition_pays`).
+decodes costs more per decoded frame than one that skips most. `ReadCost` prices both,
+from which EXPLAIN and the planner price a query's decoding, and from which a video loaded
+with `oracle_rendition = 'auto'` decides whether a clip's oracle rendition pays
+(`rendition_pays`).
 """
 from __future__ import annotations
 
