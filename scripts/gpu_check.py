@@ -132,6 +132,36 @@ def decode(clip: Path, size=None) -> dict:
                   "first16_p99_abs_diff": None if diff is None else float(np.percentile(diff, 99))}
 
 
+@check
+def dali_new_reader(clip: Path) -> dict:
+    """A trial of DALI's newer reader (fn.experimental.readers.video, sequences of 64) on
+    the GPU, which vidql does not use yet: whether it reads the clip, how fast, and how
+    its first frames compare with PyAV's."""
+    from nvidia.dali import fn, pipeline_def
+
+    @pipeline_def(batch_size=1, num_threads=4, device_id=0, prefetch_queue_depth=2)
+    def reader():
+        return fn.experimental.readers.video(device="gpu", filenames=[str(clip)],
+                                             sequence_length=64, step=64, name="reader")
+
+    cpu = _decode(cpu_batches(clip), 16)
+    start = time.perf_counter()
+    pipe = reader()
+    pipe.build()
+    frames, first = 0, None
+    for _ in range(pipe.epoch_size("reader")):
+        (video,) = pipe.run()
+        if first is None:
+            first = np.asarray(video.as_cpu().as_tensor())[0][:16]
+        frames += int(video[0].shape()[0])
+    seconds = time.perf_counter() - start
+    diff = np.abs(first.astype(np.int16) - cpu["kept"].astype(np.int16)) \
+        if first.shape == cpu["kept"].shape else None
+    return {"clip": clip.name, "frames": frames, "cpu_frames": cpu["frames"],
+            "fps_with_build": round(frames / seconds, 1), "cpu_fps": cpu["fps"],
+            "first16_mean_abs_diff": None if diff is None else round(float(diff.mean()), 3)}
+
+
 def read_frames(clip: Path, n: int) -> np.ndarray:
     from vidql.preprocess import frame_batches
 
@@ -179,6 +209,7 @@ def onnx_oracle(clip: Path, model: Path, n: int) -> dict:
         gpu = OnnxDetector("yolox", model, batch_size=batch)
         name = f"session_batch{batch}"
         out[f"{name}_providers"] = gpu.session.get_providers()
+        out[f"{name}_input_batch"] = gpu.session.get_inputs()[0].shape[0]  # "batch": made free
         times, results[name] = _detect_all(gpu, frames)
         out |= {f"{name}_{k}": v for k, v in times.items()}
     if "CUDAExecutionProvider" not in out["session_batch8_providers"] and hasattr(ort, "preload_dlls"):
@@ -195,38 +226,30 @@ def onnx_oracle(clip: Path, model: Path, n: int) -> dict:
     out["cpu_vs_session_batch8"] = round(out["cpu_ms_per_frame"] / out["session_batch8_ms_per_frame"], 2)
     out["cpu_vs_session_batch32"] = round(out["cpu_ms_per_frame"] / out["session_batch32_ms_per_frame"], 2)
     out["model_fixed_batch"] = cpu.fixed_batch
-    keys = set(results["cpu"]) | set(results["session_batch8"])
-    same = sum(results["cpu"].get(k) == results["session_batch8"].get(k) for k in keys)
-    out["same_class_counts_share"] = round(same / max(len(keys), 1), 4)
-    out["detections_cpu_session"] = [sum(results["cpu"].values()), sum(results["session_batch8"].values())]
+    for name in ("session_batch8", "session_batch32"):
+        keys = set(results["cpu"]) | set(results[name])
+        same = sum(results["cpu"].get(k) == results[name].get(k) for k in keys)
+        out[f"{name}_same_class_counts_as_cpu"] = round(same / max(len(keys), 1), 4)
+        out[f"{name}_detections"] = sum(results[name].values())
+    out["cpu_detections"] = sum(results["cpu"].values())
     return out
 
 
 @check
-def onnx_any_batch(clip: Path, model: Path, work: Path, batch: int = 32) -> dict:
-    """The detector with its batch dimension made free (an edit of the ONNX graph), run on
-    the GPU a batch at a time against a frame at a time: ms a frame, and the outputs' gap."""
-    import onnx
-    import onnx.numpy_helper
+def onnx_any_batch(clip: Path, model: Path, batch: int = 32) -> dict:
+    """The network alone, as vidql runs it on the GPU (its batch made free: `free_batch`), a
+    batch at a time against a frame at a time: ms a frame, and the outputs' gap."""
     import onnxruntime as ort
 
     from vidql.engine.labels.oracle_models import OnnxDetector
+    from vidql.engine.labels.onnx_batch import free_batch
 
-    graph = onnx.load(str(model))
-    shapes = {i.name: i for i in graph.graph.initializer}
-    for node in graph.graph.node:  # YOLOX reshapes to [1, 85, -1]: 0 keeps the input's batch
-        if node.op_type == "Reshape" and node.input[1] in shapes:
-            shape = onnx.numpy_helper.to_array(shapes[node.input[1]]).copy()
-            if shape[0] == 1:
-                shape[0] = 0
-                shapes[node.input[1]].CopyFrom(onnx.numpy_helper.from_array(shape, node.input[1]))
-    for value in list(graph.graph.input) + list(graph.graph.output):
-        value.type.tensor_type.shape.dim[0].dim_param = "N"
-    free = work / "any_batch.onnx"
-    onnx.save(graph, str(free))
+    free = free_batch(model)
+    if free is None:
+        return {"error": "free_batch refused the model (or the onnx package is missing)"}
     blobs = OnnxDetector("yolox", model).prepare(read_frames(clip, batch)).blobs.copy()
     providers = [p for p in ("CUDAExecutionProvider", "CPUExecutionProvider") if p in ort.get_available_providers()]
-    session = ort.InferenceSession(str(free), providers=providers)
+    session = ort.InferenceSession(free, providers=providers)
     name = session.get_inputs()[0].name
     out = {"providers": session.get_providers(), "batch": batch}
     for label, parts in (("one_frame_runs", [blobs[i:i + 1] for i in range(batch)]), ("batch_run", [blobs])):
@@ -406,8 +429,9 @@ def main(argv=None) -> int:
 
         hd = hd_long_gop(args.clip, work, args.hd_frames, (1920, 1080))
         record("decode", decodes + [CHECKS["decode"](hd), CHECKS["decode"](hd, (64, 36))])
+    record("dali_new_reader", [CHECKS["dali_new_reader"](c) for c in (args.clip, hd) if c])
     record("onnx_oracle", CHECKS["onnx_oracle"](args.clip, args.model, args.frames))
-    record("onnx_any_batch", CHECKS["onnx_any_batch"](args.clip, args.model, work))
+    record("onnx_any_batch", CHECKS["onnx_any_batch"](args.clip, args.model))
     record("embedder", CHECKS["embedder"](args.clip, args.frames))
     record("faiss", CHECKS["faiss_knn"](200_000, 2_000))
     record("placement", [CHECKS["placement"](args.clip)] + ([CHECKS["placement"](hd)] if hd else []))

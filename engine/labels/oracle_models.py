@@ -14,6 +14,7 @@ import pandas as pd
 from vidql.base.errors import OracleError
 from vidql.base.detections import DetectionArrays, detections_frame
 from vidql.engine.labels.oracle_api import COCO_CLASSES, Oracle, file_digest
+from vidql.engine.labels.onnx_batch import free_batch
 from vidql.base.ranges import BATCH_SIZE, Bounds
 from vidql.preprocess.transforms import to_images
 
@@ -102,6 +103,11 @@ class OnnxDetector(Oracle):
         if len(inp.shape) != 4 or not all(isinstance(d, int) for d in inp.shape[2:]):
             raise OracleError(f"ONNX model '{path}' must take N×3×H×W images with fixed H, W; "
                               f"its input is {inp.shape}")
+        if inp.shape[0] == 1 and "CUDAExecutionProvider" in self.session.get_providers():
+            edited = free_batch(path)  # a GPU runs a batch for little more than a frame
+            if edited is not None:
+                self.session = ort.InferenceSession(edited, providers=providers)
+                inp = self.session.get_inputs()[0]
         self.input_name = inp.name
         self.input_hw = (inp.shape[2], inp.shape[3])
         self.fixed_batch = inp.shape[0] if isinstance(inp.shape[0], int) else None
