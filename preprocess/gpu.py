@@ -85,10 +85,9 @@ def dali_frame_batches(path: str | os.PathLike, *, size: tuple[int, int] | None 
 
     @pipeline_def(batch_size=1, num_threads=2, device_id=device_id, prefetch_queue_depth=2)
     def reader():
-        video, _label, frame_num = fn.readers.video(  # frame numbers need a label per file
-            device="gpu", filenames=[str(path)], labels=[0], sequence_length=batch_size, step=batch_size,
-            stride=1, random_shuffle=False, enable_frame_num=True, pad_sequences=True,
-            skip_vfr_check=True, name="reader")
+        video, frame_num = fn.experimental.readers.video(  # the last sequence padded with -1
+            device="gpu", filenames=[str(path)], sequence_length=batch_size, step=batch_size,
+            random_shuffle=False, enable_frame_num="sequence", pad_mode="constant", name="reader")
         if size is not None:
             video = fn.resize(video, resize_x=size[0], resize_y=size[1], antialias=True)
         return video, frame_num
@@ -101,15 +100,15 @@ def dali_frame_batches(path: str | os.PathLike, *, size: tuple[int, int] | None 
         while delivered < info.frame_count:
             with _dali_errors(path):
                 video, frame_num = pipe.run()
-            start = int(np.asarray(frame_num.as_cpu().as_tensor()).reshape(-1)[0])
+            numbers = np.asarray(frame_num.as_cpu().as_tensor()).reshape(-1)
+            count = int((numbers >= 0).sum())
+            if count == 0 or not np.array_equal(numbers[:count], np.arange(delivered, delivered + count)):
+                raise DaliDecodeError(path, f"DALI returned frames {numbers[:3].tolist()}... where "
+                                            f"{delivered} was expected; decode it on the CPU instead")
             sequence = video[0]
             out = torch.empty(tuple(sequence.shape()), dtype=torch.uint8, device=f"cuda:{device_id}")
             feed_ndarray(sequence, out, cuda_stream=torch.cuda.current_stream(device_id))
-            count = min(batch_size, info.frame_count - start)
-            if start != delivered or count <= 0:
-                raise DaliDecodeError(path, f"DALI returned frames from {start} where {delivered} "
-                                            "was expected; decode it on the CPU instead")
-            yield np.arange(start, start + count, dtype=np.int64), out[:count]
+            yield numbers[:count].astype(np.int64), out[:count]
             delivered += count
     finally:
         del pipe

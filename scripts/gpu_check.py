@@ -132,36 +132,6 @@ def decode(clip: Path, size=None) -> dict:
                   "first16_p99_abs_diff": None if diff is None else float(np.percentile(diff, 99))}
 
 
-@check
-def dali_new_reader(clip: Path) -> dict:
-    """A trial of DALI's newer reader (fn.experimental.readers.video, sequences of 64) on
-    the GPU, which vidql does not use yet: whether it reads the clip, how fast, and how
-    its first frames compare with PyAV's."""
-    from nvidia.dali import fn, pipeline_def
-
-    @pipeline_def(batch_size=1, num_threads=4, device_id=0, prefetch_queue_depth=2)
-    def reader():
-        return fn.experimental.readers.video(device="gpu", filenames=[str(clip)],
-                                             sequence_length=64, step=64, name="reader")
-
-    cpu = _decode(cpu_batches(clip), 16)
-    start = time.perf_counter()
-    pipe = reader()
-    pipe.build()
-    frames, first = 0, None
-    for _ in range(pipe.epoch_size("reader")):
-        (video,) = pipe.run()
-        if first is None:
-            first = np.asarray(video.as_cpu().as_tensor())[0][:16]
-        frames += int(video[0].shape()[0])
-    seconds = time.perf_counter() - start
-    diff = np.abs(first.astype(np.int16) - cpu["kept"].astype(np.int16)) \
-        if first.shape == cpu["kept"].shape else None
-    return {"clip": clip.name, "frames": frames, "cpu_frames": cpu["frames"],
-            "fps_with_build": round(frames / seconds, 1), "cpu_fps": cpu["fps"],
-            "first16_mean_abs_diff": None if diff is None else round(float(diff.mean()), 3)}
-
-
 def read_frames(clip: Path, n: int) -> np.ndarray:
     from vidql.preprocess import frame_batches
 
@@ -429,7 +399,6 @@ def main(argv=None) -> int:
 
         hd = hd_long_gop(args.clip, work, args.hd_frames, (1920, 1080))
         record("decode", decodes + [CHECKS["decode"](hd), CHECKS["decode"](hd, (64, 36))])
-    record("dali_new_reader", [CHECKS["dali_new_reader"](c) for c in (args.clip, hd) if c])
     record("onnx_oracle", CHECKS["onnx_oracle"](args.clip, args.model, args.frames))
     record("onnx_any_batch", CHECKS["onnx_any_batch"](args.clip, args.model))
     record("embedder", CHECKS["embedder"](args.clip, args.frames))

@@ -184,7 +184,7 @@ def _chosen(monkeypatch, delay: dict, overlap: bool) -> tuple[int, int]:
     monkeypatch.setattr(ort, "InferenceSession", Session)
     det = object.__new__(OnnxDetector)
     det.path, det.providers, det.input_name, det.session = "m.onnx", [], "x", Session()
-    det.fixed_batch, det.runs, det._pool = 1, 1, None
+    det.fixed_batch, det.runs, det._pool, det.padded = 1, 1, None, False
     det._choose_threads(np.zeros((1, 3, 8, 8), dtype=np.float32))
     assert det.session.threads == det.threads
     return det.threads, det.runs

@@ -3,6 +3,7 @@ reproduces one-frame runs."""
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from conftest import shared_path
@@ -81,4 +82,10 @@ def test_yolox_on_the_gpu_runs_a_batch_at_a_time_with_the_same_detections(monkey
                         or real_run(self, names, feed))
     got = on_gpu.detect(frames, np.arange(3))
     assert runs == [3]
+    assert got.reset_index(drop=True).equals(want.reset_index(drop=True))
+    runs.clear()  # one input shape: fewer frames are padded, more are cut into full runs
+    got = pd.concat([on_gpu.detect(frames[:2], np.arange(2)), on_gpu.detect(frames, np.arange(3)),
+                     on_gpu.detect(np.concatenate([frames, frames[:1]]), np.arange(4))])
+    assert runs == [3, 3, 3, 3]
+    want = pd.concat([want[want.frame < 2], want, want, want[want.frame == 0].assign(frame=3)])
     assert got.reset_index(drop=True).equals(want.reset_index(drop=True))

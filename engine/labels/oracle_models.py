@@ -111,6 +111,9 @@ class OnnxDetector(Oracle):
         self.input_name = inp.name
         self.input_hw = (inp.shape[2], inp.shape[3])
         self.fixed_batch = inp.shape[0] if isinstance(inp.shape[0], int) else None
+        # on the GPU every run has `batch_size` frames: each new input shape makes a CUDA
+        # session search its convolution algorithms again (seconds for YOLOX-Nano)
+        self.padded = self.fixed_batch is None and "CUDAExecutionProvider" in self.session.get_providers()
         self.name, self.score, self.nms, self.layout = name, score, nms, layout
         self.classes = classes or list(COCO_CLASSES)
         self.labels = tuple(self.classes)
@@ -267,10 +270,19 @@ class OnnxDetector(Oracle):
         return self._infer(blobs)
 
     def _infer(self, blobs: np.ndarray) -> np.ndarray:
-        """The network's output for `blobs`: a frame a run when its batch is fixed at 1,
-        else `runs` parts; with `runs` > 1 that many run at once."""
+        """The network's output for `blobs`: a frame a run when its batch is fixed at 1; on
+        the GPU, runs of `batch_size` frames (the last padded); else `runs` parts, with
+        `runs` > 1 that many at once."""
         if self.fixed_batch not in (None, 1):
             return self.session.run(None, {self.input_name: blobs})[0]
+        if self.padded:
+            size, outputs = self.batch_size, []
+            for start in range(0, len(blobs), size):
+                part = blobs[start:start + size]
+                if len(part) < size:
+                    part = np.concatenate([part, np.zeros((size - len(part), *part.shape[1:]), part.dtype)])
+                outputs.append(self.session.run(None, {self.input_name: part})[0])
+            return np.concatenate(outputs)[:len(blobs)]
         step = 1 if self.fixed_batch == 1 else -(-len(blobs) // self.runs)
         parts = [blobs[start:start + step] for start in range(0, len(blobs), step)]
         run = lambda part: self.session.run(None, {self.input_name: part})[0]  # noqa: E731
