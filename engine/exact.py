@@ -19,41 +19,50 @@ from vidql.engine.labels.oracle_api import check_labels
 from vidql.engine.result import Result
 
 
-def label_bounds(q: Query, videos: list[str]) -> dict[str, tuple]:
-    """{video: (frame_range, ts_range)} for the one video table an exact query `q` reads
-    once, in its FROM, when its WHERE bounds `frame` or `ts` (dialect_query `_exact_where`):
-    the bounds limit the frames it needs labelled. Another read of that video (a subquery,
-    its `objects`) needs every frame, and then `q` has no bounds."""
-    if q.frame_range is None and q.ts_range is None:
+def label_bounds(q: Query, videos: list[str]) -> dict[str, tuple[str, str | None, bool]]:
+    """{video: (restriction, alias, of_objects)} for the one video table an exact query `q`
+    reads once, in its FROM, as `night` or as `night.objects` (of_objects), when its WHERE
+    has parts without frame functions (dialect_query `_exact_where`): only the frames they
+    keep need labels. Another read of that video (a subquery, its `objects`) needs every
+    frame, and then `q` has no bounds."""
+    if not q.restriction:
         return {}
     single = q.video or (q.tables[0] if len(q.tables) == 1 else None)  # `night` or `night.objects`
     names = {v.lower(): v for v in videos}
     video = names.get(single.split(".")[0].lower()) if single is not None else None
-    return {} if video is None else {video: (q.frame_range, q.ts_range)}
+    return {} if video is None else {video: (q.restriction, q.video_alias, "." in single)}
+
+
+def kept_sql(video: str, restriction: str | None, alias: str | None, key: str | None = None) -> str:
+    """SQL (parameter: the video's name) for the frames of `video` that `restriction` (SQL
+    over the video table's columns, its table named `alias` if given) keeps, in
+    global-position order: column `position`, and `k`, the value of the expression `key`
+    over the video table's columns, when given."""
+    named = f" AS {quote_name(alias)}" if alias else ""
+    kept = f"SELECT {f'({key}) AS k, ' if key else ''}clip, frame FROM main.{quote_name(video)}{named}"
+    if restriction:
+        kept += f" WHERE {restriction}"
+    return (f"SELECT {'v.k, ' if key else ''}c.first_frame + v.frame AS position FROM "
+            f"({kept}) v JOIN (SELECT clip AS c_clip, first_frame FROM vidql.clips WHERE "
+            f"video = ?) c ON v.clip = c.c_clip ORDER BY position")
 
 
 def needed_frames(con: duckdb.DuckDBPyConnection, video: str, clip_map: ClipMap,
-                  bounds: tuple | None) -> np.ndarray:
+                  bounds: tuple[str, str | None, bool] | None) -> np.ndarray:
     """Global positions, ascending, of the frames of `video` that an exact query bounded by
-    `bounds` = (frame_range, ts_range) reads: `frame` within the inclusive frame_range in
-    each clip and `ts` within the closed ts_range (either None, or None at one end, for
-    unbounded). None: every frame."""
-    frame_range, ts_range = bounds or (None, None)
-    lo, hi = frame_range or (0, None)
-    if ts_range is None:
-        parts = [first + np.arange(lo, max(lo, count if hi is None else min(count, hi + 1)))
-                 for first, count in zip(clip_map.first, clip_map.counts, strict=True)]
-        return np.concatenate(parts).astype(np.int64) if parts else np.empty(0, dtype=np.int64)
-    conditions, params = ["v.frame >= ?"], [video, lo]
-    for column, op, value in (("frame", "<=", hi), ("ts", ">=", ts_range[0]),
-                              ("ts", "<=", ts_range[1])):
-        if value is not None:
-            conditions.append(f"v.{column} {op} ?")
-            params.append(value)
-    got = con.execute(f"SELECT c.first_frame + v.frame AS position FROM main.{quote_name(video)} v "
-                      "JOIN vidql.clips c ON c.video = ? AND c.clip = v.clip "
-                      f"WHERE {' AND '.join(conditions)} ORDER BY position", params).fetchnumpy()
-    return np.asarray(got["position"], dtype=np.int64)
+    `bounds` (`label_bounds`) reads: those its restriction keeps, evaluated on the video
+    table. A restriction on `video.objects` that names a column of detections (`label`)
+    keeps every frame. None: every frame."""
+    if bounds is not None:
+        restriction, alias, of_objects = bounds
+        try:
+            got = con.execute(kept_sql(video, restriction, alias), [video]).fetchnumpy()
+            return np.asarray(got["position"], dtype=np.int64)
+        except duckdb.Error as exc:
+            if not of_objects:
+                raise QueryError(f"cannot apply the frame restriction {restriction!r}: {exc}") from None
+    parts = [first + np.arange(count) for first, count in zip(clip_map.first, clip_map.counts, strict=True)]
+    return np.concatenate(parts).astype(np.int64) if parts else np.empty(0, dtype=np.int64)
 
 
 def label_reads(videos: list[str], tables: list[str], uses_functions: bool) -> list[str]:

@@ -60,6 +60,9 @@ def estimate_approximate(db, q: Query, b: Binding | None = None) -> tuple[Report
     if q.kind == "aggregate":  # ERROR WITHIN plans its draws: GOPs decoded once
         decoding = decode_planned(db.catalog, b.video, b.cache, batches,
                                   _planned_draws(batches, fresh, q.clauses.budget))
+    elif q.kind == "limit":  # so does LIMIT, along its ranking
+        decoding = decode_planned(db.catalog, b.video, b.cache, batches,
+                                  _ranked_draws(batches, _ranked(b, q, fresh)))
     else:  # each labelling call decodes its frames' GOPs again
         decoding = decode_seconds(db.catalog, b.video, b.cache, batches)
     plan = Price(int(calls), None if ms is None else calls * ms / 1000, decoding.seconds,
@@ -84,9 +87,25 @@ def _rare_rounds(b: Binding, q: Query, calls: int) -> list[np.ndarray]:
     the predicate proxy's order (its first round's; later rounds' classifier and the
     flood-fill around positives keep to such frames and their neighbours, whose GOPs a
     uniform sample of as many frames would not share)."""
-    order = b.population[np.argsort(-b.proxy(predicate_expr(q)), kind="stable")]
-    fresh = order[~np.isin(order, b.cache.labelled_frames)][:calls]
+    fresh = _ranked(b, q, b.population[~np.isin(b.population, b.cache.labelled_frames)])[:calls]
     return [fresh[i:i + queries.RARE_BATCH] for i in range(0, fresh.size, queries.RARE_BATCH)]
+
+
+def _ranked(b: Binding, q: Query, frames: np.ndarray) -> np.ndarray:
+    """`frames` (global positions in the population) in the order of the query predicate's
+    proxy, highest first (as they are without an index)."""
+    proxy = b.proxy(predicate_expr(q))
+    if proxy is None:
+        return frames
+    score = proxy[np.searchsorted(b.population, frames)]
+    return frames[np.argsort(-score, kind="stable")]
+
+
+def _ranked_draws(rounds: list[np.ndarray], ranked: np.ndarray) -> np.ndarray:
+    """LIMIT's draw order as the engine is told it: the dry run's batches, then the other
+    frames not labelled yet along the ranking."""
+    drawn = np.concatenate(rounds) if rounds else ranked[:0]
+    return np.concatenate([drawn, ranked[~np.isin(ranked, drawn)]])
 
 
 def _planned_draws(rounds: list[np.ndarray], fresh: np.ndarray, cap: int | None) -> np.ndarray:

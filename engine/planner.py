@@ -10,11 +10,10 @@ import numpy as np
 import pandas as pd
 
 from vidql import queries
-from vidql.engine.catalog.catalog import quote_name
 from vidql.engine.sql.dialect import Query
 from vidql.base.errors import CatalogError, QueryError
 from vidql.base.ranges import percent
-from vidql.engine.exact import bind_query
+from vidql.engine.exact import bind_query, kept_sql
 from vidql.engine.sql.framestat import (FrameExpr, expr_type, frame_statistic, is_predicate, may_be_null,
                         parse_frame_expr)
 from vidql.engine.labels.cache import LabelCache
@@ -84,18 +83,8 @@ class Binding:
         return np.asarray(got["position"], dtype=np.int64), ts
 
     def kept_sql(self, key: str | None = None) -> str:
-        """SQL (parameter: the video's name) for the frames the query's restriction keeps,
-        in global-position order: column `position`, and `k`, the value of the expression
-        `key` over the video table's columns, when given."""
-        q = self.q
-        alias = f" AS {quote_name(q.video_alias)}" if q.video_alias else ""
-        kept = (f"SELECT {f'({key}) AS k, ' if key else ''}clip, frame "
-                f"FROM main.{quote_name(self.video)}{alias}")
-        if q.restriction:
-            kept += f" WHERE {q.restriction}"
-        return (f"SELECT {'v.k, ' if key else ''}c.first_frame + v.frame AS position FROM "
-                f"({kept}) v JOIN (SELECT clip AS c_clip, first_frame FROM vidql.clips WHERE "
-                f"video = ?) c ON v.clip = c.c_clip ORDER BY position")
+        """`kept_sql` of the query's video and restriction."""
+        return kept_sql(self.video, self.q.restriction, self.q.video_alias, key)
 
     def proxy(self, expr: FrameExpr | None) -> np.ndarray | None:
         """Proxy scores of a frame statistic over the population (None without an index)."""
@@ -126,14 +115,18 @@ class Binding:
         """`fn` with `ahead(positions, now)`: an operator names the positions it asks for now
         (the first `now`) and next, in order, so the oracle labels a whole batch of them at
         once (vidql.queries), and the frames it will ask for later are kept as their GOPs
-        are decoded (`LabelCache.plan_draws`)."""
+        are decoded (`LabelCache.plan_draws`); `plan(positions)` does the second alone."""
         batch = max(1, int(self.cache.oracle.batch_size))
 
-        def ahead(positions, now):
+        def plan(positions):
             done = self.cache.stats.oracle_calls - self.before.oracle_calls
             self.cache.plan_draws(self.frames(positions), done)
+            return done
+
+        def ahead(positions, now):
+            done = plan(positions)
             self.cache.label_ahead(self.frames(positions[:now + 2 * batch]), now, done)
-        fn.ahead = ahead
+        fn.ahead, fn.plan = ahead, plan
         return fn
 
     def frame_rows(self, positions: np.ndarray, verified: np.ndarray) -> pd.DataFrame:
@@ -522,9 +515,10 @@ def _pair(b: Binding, stat: FrameExpr | None, pred: FrameExpr | None, *extra: Fr
 
 
 def _labels_ahead_as(fn, source):
-    """`fn` labels ahead exactly when `source` does (the label cache's callbacks do; EXPLAIN's
-    stand-in values must not), so operators can name the frames they will ask for next."""
-    fn.ahead = getattr(source, "ahead", None)
+    """`fn` labels ahead and plans draws exactly when `source` does (the label cache's
+    callbacks do; EXPLAIN's stand-in values must not), so operators can name the frames
+    they will ask for next."""
+    fn.ahead, fn.plan = getattr(source, "ahead", None), getattr(source, "plan", None)
     return fn
 
 
@@ -615,7 +609,7 @@ def run_recall(proxy, is_true, c, conf: float, seed: int):
 def _run_selection(b: Binding, q: Query, seed: int, report: Report) -> pd.DataFrame:
     pred = predicate_expr(q)
     truth = b.truth(pred)
-    is_true = lambda positions: truth(positions) > 0
+    is_true = _labels_ahead_as(lambda positions: truth(positions) > 0, truth)
     proxy = b.proxy(pred)
     c = q.clauses
     if q.kind == "limit":

@@ -36,7 +36,9 @@ def limit_query(proxy: np.ndarray, predicate: Callable[[np.ndarray], np.ndarray]
     |frame - f| < gap are skipped (never labelled). Batches of up to `batch` frames are
     labelled at once, never more than the hits still needed, and never two frames of one
     batch closer than gap (a hit among them would have suppressed the other). Stops at k
-    hits, after `max_calls` oracle calls, or when no frame is left.
+    hits, after `max_calls` oracle calls, or when no frame is left. A `predicate` with a
+    `plan(frames)` attribute is told, before each batch, the frames it may be asked for from
+    then on, in order (the label cache keeps their decoded pixels: engine/labels/decoded.py).
 
     `coordinates` (ascending, one per frame; default the frame's position) are where GAP
     measures distance: a collection spreads its clips apart so GAP applies within a clip.
@@ -53,6 +55,7 @@ def limit_query(proxy: np.ndarray, predicate: Callable[[np.ndarray], np.ndarray]
     rng = make_rng(seed)
     order = proxy_order(proxy, rng)
     oracle = DistinctOracle(predicate, n)
+    plan = getattr(predicate, "plan", None)  # keeps decoded frames for later batches
     blocked = np.zeros(n, dtype=bool)  # labelled or suppressed
     hits: list[int] = []
     position = 0
@@ -65,6 +68,10 @@ def limit_query(proxy: np.ndarray, predicate: Callable[[np.ndarray], np.ndarray]
             exhausted = True
             break
         frames = np.array(chosen, dtype=np.int64)
+        if plan is not None:  # the frames after these, in the order they may be asked for
+            rest = order[position:]
+            rest = rest[~blocked[rest] & ~np.isin(rest, frames)]
+            plan(np.concatenate([frames, rest]))
         labels = as_flags(oracle(frames), frames.size, "predicate")
         blocked[frames] = True
         for frame, hit in zip(chosen, labels, strict=True):

@@ -84,6 +84,18 @@ def test_a_frame_bound_labels_those_frames_of_every_clip(cams, clips):
     assert got == sum(int(_car_counts(truth, c)[:10].sum()) for c in ("cam0", "cam1", "cam2"))
 
 
+def test_a_clip_restriction_labels_that_clip_alone(cams, clips):
+    """An exact query's WHERE without frame functions (`clip = ...`, an alias, any SQL over
+    the video table's columns) bounds the frames it labels, and EXPLAIN counts the same."""
+    _, _, truth = clips
+    sql = ("SELECT sum(objects('car')) AS cars FROM cams AS c "
+           "WHERE c.clip = 'cam1' AND (frame < 5 OR frame % 10 = 0)")
+    kept = [f for f in range(FRAMES) if f < 5 or f % 10 == 0]
+    assert cams.sql("EXPLAIN " + sql).df()["estimated_oracle_calls"][0] == len(kept)
+    assert cams.sql(sql).df()["cars"][0] == int(_car_counts(truth, "cam1")[kept].sum())
+    assert cams.last_report.oracle_calls == len(kept)
+
+
 def test_labels_without_clip_column_refuse_a_collection(clips, tmp_path):
     folder, _, truth = clips
     flat = tmp_path / "flat.labels.parquet"

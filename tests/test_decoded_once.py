@@ -56,6 +56,35 @@ def test_a_query_decodes_each_gop_once(tmp_path, oracle_module, decoding):
             assert decoding["decoded"] <= 240
 
 
+def test_limit_keeps_the_frames_of_its_later_batches(tmp_path, oracle_module, decoding,
+                                                     monkeypatch):
+    """LIMIT labels along its ranking a batch at a time (48 batches of 5 here): told the
+    frames after each batch (`plan`), the label cache keeps those of the GOPs it decodes.
+    Two 120-frame GOPs: 290 frames decoded from 4 starts, against 8091 from 95 when every
+    batch decodes its GOPs again (as LIMIT did before)."""
+    from vidql import queries
+    from vidql.preprocess.testclip import write_counter_video
+
+    path = write_counter_video(tmp_path / "gop120.mp4", 240, 160, 96, gop=120, bframes=0)
+    got, real = {}, queries.limit_query
+
+    def unplanned(proxy, predicate, **kw):  # the predicate without its `plan`
+        return real(proxy, lambda positions: predicate(positions), **kw)
+
+    for planned in (True, False):
+        if not planned:
+            monkeypatch.setattr(queries, "limit_query", unplanned)
+        decoding["starts"].clear()
+        decoding["decoded"] = 0
+        with vidql.connect(tmp_path / f"{planned}.db", progress=False) as db:
+            db.sql(f"LOAD VIDEO '{path}' AS g; CREATE ORACLE bright FROM PYTHON "
+                   "'vq_test_oracle:BrightnessOracle'; SET ORACLE g = bright")
+            result = db.sql("SELECT frame FROM g WHERE objects('car') >= 9 LIMIT 5 SEED 3")
+            assert result.report.oracle_calls == 240  # no frame is that bright: every batch runs
+        got[planned] = decoding["decoded"]
+    assert got[True] <= 2 * 240 < 10 * 240 < got[False]
+
+
 def _answers(db, queries) -> list[tuple]:
     """Each query's answer row and the detections of the frames it labelled."""
     out = []

@@ -44,7 +44,7 @@ CATALOG_EXAMPLES = [
 QUERY_EXAMPLES = [
     ("SELECT frame, objects('car') AS cars FROM night WHERE frame < 500 "
      "ORDER BY cars DESC LIMIT 5;",
-     "exact", dict(tables=("night",), video="night", frame_range=(0, 499), limit=5,
+     "exact", dict(tables=("night",), video="night", limit=5,
                    restriction="frame < 500", clauses=Clauses())),
     ("SELECT label, count(*) FROM night.objects GROUP BY label;",
      "exact", dict(tables=("night.objects",), video=None, clauses=Clauses())),
@@ -122,7 +122,6 @@ def test_aggregate_details_and_frame_expressions():
     assert q.columns[0].alias == "cars"
     assert q.predicate_expr.functions[0].kind == "contains"
     assert q.restriction == "n.frame BETWEEN 100 AND 200.5 AND ts > 1.5 AND 3 >= ts"
-    assert q.frame_range == (100, 200) and q.ts_range == (1.5, 3.0)
     assert q.confidence == 0.95  # the default for a guarantee
     count = parse("SELECT count(objects(*)) FROM night ERROR WITHIN 1").aggregate
     assert count.func == "count" and count.argument == "objects(*)"
@@ -136,10 +135,9 @@ def test_where_split_keeps_or_groups_and_bounds():
     assert q.kind == "limit"
     assert q.predicate == "(contains('bus') OR frame < 3) AND ((objects('car') > 2))"
     assert q.restriction == "frame >= 10 AND frame < 20.5 AND frame <> 7"
-    assert q.frame_range == (10, 20)
     assert {f.label for f in q.predicate_expr.functions} == {"bus", "car"}
-    assert parse("SELECT * FROM night WHERE frame = 4 AND frame > 9 LIMIT 1").frame_range == (10, 4)
-    assert parse("SELECT * FROM night WHERE frame > -5 OR ts < 1").frame_range is None
+    assert parse("SELECT * FROM night WHERE frame > -5 OR ts < 1 LIMIT 1").restriction == \
+        "frame > -5 OR ts < 1"
 
 
 def test_group_by_for_budgeted_aggregates():

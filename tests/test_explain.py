@@ -196,14 +196,19 @@ def test_explain_prices_decoding_beside_the_exact_scan(long_gop):
     assert sum(oracle.CALLS) == 2  # a timed oracle is not called again
 
 
-def test_explain_prices_a_dry_runs_rounds_as_the_engine_decodes_them(long_gop, monkeypatch):
-    """An ERROR WITHIN query labels in rounds; the engine keeps the frames its later rounds
-    draw from the GOPs it decodes, so the dry run's rounds cost one pass over the two
-    120-frame GOPs at most; with no room to keep frames, each round decodes its GOPs
+@pytest.mark.parametrize("query", [
+    "SELECT AVG(objects('car')) FROM g ERROR WITHIN 0.3 SEED 1",
+    "SELECT frame FROM g WHERE objects('car') >= 9 LIMIT 5 SEED 1",  # no hit: every batch
+])
+def test_explain_prices_a_dry_runs_rounds_as_the_engine_decodes_them(long_gop, monkeypatch,
+                                                                     query):
+    """ERROR WITHIN and LIMIT label in rounds; the engine keeps the frames their later
+    rounds draw from the GOPs it decodes, so the dry run's rounds cost one pass over the
+    two 120-frame GOPs at most; with no room to keep frames, each round decodes its GOPs
     again and is priced so."""
     db, _ = long_gop
     db.sql("SELECT count(*) FROM g WHERE frame < 30 AND objects('car') >= 0")  # a basis
-    sql = "EXPLAIN SELECT AVG(objects('car')) FROM g ERROR WITHIN 0.3 SEED 1"
+    sql = "EXPLAIN " + query
     plan = db.sql(sql).df().iloc[0]
     [cost] = db.catalog.read_costs("g", db.labels("g").oracle)  # as learned by then
     assert "dry run" in plan["note"]

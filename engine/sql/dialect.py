@@ -213,8 +213,8 @@ def _describe_query(q: Query) -> str:
     conf = f" at {percent(q.confidence)} confidence" if q.confidence is not None else ""
     if q.kind == "exact":
         text = "exact query: " + _short(q.sql)
-        if q.frame_range or q.ts_range:
-            text += f" (labels {_range_text(q)})"
+        if q.restriction:
+            text += f" (labels the frames where {q.restriction})"
     elif q.kind in ("aggregate", "aggregate_budget"):
         agg = q.aggregate
         target = f"{agg.func.upper()}({agg.argument or '*'}) over {frames}"
@@ -238,17 +238,6 @@ def _describe_query(q: Query) -> str:
               f"seed {c.seed}" if c.seed is not None else ""]
     extras = [e for e in extras if e]
     return text + (f" ({', '.join(extras)})" if extras else "")
-
-
-def _range_text(q: Query) -> str:
-    parts = []
-    if q.frame_range:
-        lo, hi = q.frame_range
-        parts.append(f"frames {lo}..{'' if hi is None else hi}")
-    if q.ts_range:
-        lo, hi = q.ts_range
-        parts.append(f"ts {'' if lo is None else f'{lo:g}'}..{'' if hi is None else f'{hi:g}'}")
-    return ", ".join(parts)
 
 
 def _options(options: dict) -> str:

@@ -12,9 +12,6 @@ from vidql.engine.sql.dialect_clauses import CLAUSE_HINT, ONE_WORD, SECOND_WORDS
 from vidql.engine.sql.dialect_lex import byte_to_char, connection
 from vidql.engine.sql.framestat import FRAME_FUNCTIONS
 
-COMPARISONS = {"COMPARE_EQUAL": "=", "COMPARE_LESSTHAN": "<", "COMPARE_LESSTHANOREQUALTO": "<=",
-               "COMPARE_GREATERTHAN": ">", "COMPARE_GREATERTHANOREQUALTO": ">="}
-FLIPPED = {"=": "=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
 NO_LOCATION = 1 << 62
 
 

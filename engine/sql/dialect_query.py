@@ -7,10 +7,9 @@ The kind rule and its shape errors are in `dialect_kind`, the clauses are read b
 """
 from __future__ import annotations
 
-import math
 
 from vidql.engine.sql.dialect_clauses import budget_problem, read_tail, tail_start
-from vidql.engine.sql.dialect_ast import (COMPARISONS, FLIPPED, NO_LOCATION, assemble_sql, children, duckdb_ast,
+from vidql.engine.sql.dialect_ast import (NO_LOCATION, assemble_sql, children, duckdb_ast,
                           numeric_constant)
 from vidql.engine.sql.dialect_kind import QueryShape, query_kind
 from vidql.engine.sql.dialect_lex import Token
@@ -111,7 +110,8 @@ def _exact_where(q: QueryShape) -> dict:
         # the WHERE bounds only this read, so every frame may need labels
         return dict(video=video)
     _, restriction = q.split_where()
-    return dict(_restriction_fields(q, restriction, table), video=video)
+    return dict(_restriction_fields(q, restriction, table), video=video,
+                video_alias=table.get("alias") or None)
 
 
 def _reads(q: QueryShape, video: str) -> int:
@@ -158,62 +158,7 @@ def _qualifiers(table: dict) -> set[str]:
 
 
 def _restriction_fields(q: QueryShape, restriction, table: dict) -> dict:
-    bounds = {"frame": [], "ts": []}
-    for part in restriction:
-        for column, op, value in _simple_bounds(part, _qualifiers(table)):
-            bounds[column].append((op, value))
-    return dict(restriction=_joined(q, restriction), frame_range=_frame_range(bounds["frame"]),
-                ts_range=_ts_range(bounds["ts"]))
-
-
-def _simple_bounds(node, qualifiers) -> list[tuple[str, str, float]]:
-    """(column, operator, constant) bounds on `frame` or `ts` that `node` states."""
-    def column(ref):
-        if not isinstance(ref, dict) or ref.get("class") != "COLUMN_REF":
-            return None
-        names = [n.lower() for n in ref.get("column_names", [])]
-        if len(names) == 2 and names[0] in qualifiers:
-            names = names[1:]
-        return names[0] if len(names) == 1 and names[0] in ("frame", "ts") else None
-
-    if node.get("class") == "COMPARISON" and node.get("type") in COMPARISONS:
-        op = COMPARISONS[node["type"]]
-        left, right = node.get("left"), node.get("right")
-        if column(left) and numeric_constant(right) is not None:
-            return [(column(left), op, numeric_constant(right))]
-        if column(right) and numeric_constant(left) is not None:
-            return [(column(right), FLIPPED[op], numeric_constant(left))]
-    if node.get("class") == "BETWEEN" and column(node.get("input")):
-        lo, hi = numeric_constant(node.get("lower")), numeric_constant(node.get("upper"))
-        if lo is not None and hi is not None:
-            name = column(node["input"])
-            return [(name, ">=", lo), (name, "<=", hi)]
-    return []
-
-
-def _frame_range(bounds) -> tuple[int, int | None] | None:
-    if not bounds:
-        return None
-    lo, hi = 0, None
-    for op, v in bounds:
-        if op in (">", ">=", "="):
-            lo = max(lo, math.floor(v) + 1 if op == ">" else math.ceil(v))
-        if op in ("<", "<=", "="):
-            top = math.ceil(v) - 1 if op == "<" else math.floor(v)
-            hi = top if hi is None else min(hi, top)
-    return lo, hi
-
-
-def _ts_range(bounds) -> tuple[float | None, float | None] | None:
-    if not bounds:
-        return None
-    lo = hi = None
-    for op, v in bounds:
-        if op in (">", ">=", "="):
-            lo = v if lo is None else max(lo, v)
-        if op in ("<", "<=", "="):
-            hi = v if hi is None else min(hi, v)
-    return lo, hi
+    return dict(restriction=_joined(q, restriction))
 
 
 # ---- the aggregate and its GROUP BY

@@ -199,11 +199,8 @@ class Query:
     `sql` is the DuckDB SQL left after removing EXPLAIN and the dialect clauses (LIMIT
     stays). The WHERE clause is split at its top-level ANDs into `predicate` (the parts
     using frame functions; approximate kinds only) and `restriction` (the other parts,
-    e.g. `frame < 500`). `frame_range` (inclusive ints, lo >= 0, hi None = open) and
-    `ts_range` (closed floats) are bounds read from the simple parts of `restriction`: a
-    superset of the frames it keeps (the SQL text is exact). They are set when the FROM
-    clause is a single table (for an exact query, one it reads nowhere else: a second read
-    of the video is not bounded by this WHERE); None means unbounded."""
+    e.g. `frame < 500`), set when the FROM clause is a single table (for an exact query,
+    one it reads nowhere else: a second read of the video is not bounded by this WHERE)."""
 
     sql: str
     kind: str
@@ -218,8 +215,6 @@ class Query:
     predicate: str | None = None
     predicate_expr: FrameExpr | None = None
     restriction: str | None = None
-    frame_range: tuple[int, int | None] | None = None
-    ts_range: tuple[float | None, float | None] | None = None
     group_by: str | None = None
     group_expr: FrameExpr | None = None
     limit: int | None = None            # LIMIT n when n is a constant integer
