@@ -60,7 +60,7 @@ def estimate_approximate(db, q: Query, b: Binding | None = None) -> tuple[Report
     if q.kind == "aggregate":  # ERROR WITHIN plans its draws: GOPs decoded once
         decoding = decode_planned(db.catalog, b.video, b.cache, batches,
                                   _planned_draws(batches, fresh, q.clauses.budget))
-    elif q.kind == "limit":  # so does LIMIT, along its ranking
+    elif q.kind == "limit" and len(batches) > 1:  # so does LIMIT after its first batch
         decoding = decode_planned(db.catalog, b.video, b.cache, batches,
                                   _ranked_draws(batches, _ranked(b, q, fresh)))
     else:  # each labelling call decodes its frames' GOPs again

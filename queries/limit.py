@@ -37,8 +37,9 @@ def limit_query(proxy: np.ndarray, predicate: Callable[[np.ndarray], np.ndarray]
     labelled at once, never more than the hits still needed, and never two frames of one
     batch closer than gap (a hit among them would have suppressed the other). Stops at k
     hits, after `max_calls` oracle calls, or when no frame is left. A `predicate` with a
-    `plan(frames)` attribute is told, before each batch, the frames it may be asked for from
-    then on, in order (the label cache keeps their decoded pixels: engine/labels/decoded.py).
+    `plan(frames)` attribute is told, before each batch after the first (which may find
+    every hit), the frames it may be asked for from then on, in order (the label cache keeps
+    their decoded pixels: engine/labels/decoded.py).
 
     `coordinates` (ascending, one per frame; default the frame's position) are where GAP
     measures distance: a collection spreads its clips apart so GAP applies within a clip.
@@ -68,10 +69,9 @@ def limit_query(proxy: np.ndarray, predicate: Callable[[np.ndarray], np.ndarray]
             exhausted = True
             break
         frames = np.array(chosen, dtype=np.int64)
-        if plan is not None:  # the frames after these, in the order they may be asked for
+        if plan is not None and oracle.calls:  # the frames after these, in order
             rest = order[position:]
-            rest = rest[~blocked[rest] & ~np.isin(rest, frames)]
-            plan(np.concatenate([frames, rest]))
+            plan(np.concatenate([frames, rest[~blocked[rest] & ~np.isin(rest, frames)]]))
         labels = as_flags(oracle(frames), frames.size, "predicate")
         blocked[frames] = True
         for frame, hit in zip(chosen, labels, strict=True):
@@ -104,3 +104,4 @@ def _next_batch(order: np.ndarray, position: int, blocked: np.ndarray, coords: n
                 chosen.append(frame)
         scan += 1
     return chosen, first_deferred if first_deferred is not None else scan
+
