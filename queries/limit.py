@@ -104,4 +104,3 @@ def _next_batch(order: np.ndarray, position: int, blocked: np.ndarray, coords: n
                 chosen.append(frame)
         scan += 1
     return chosen, first_deferred if first_deferred is not None else scan
-

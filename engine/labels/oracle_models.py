@@ -96,14 +96,15 @@ class OnnxDetector(Oracle):
         except Exception as exc:
             raise OracleError(f"cannot load ONNX model '{path}': {exc}") from None
         self.path, self.providers = path, providers
+        on_gpu = "CUDAExecutionProvider" in self.session.get_providers()
         # on the CPU, intra-op threads are chosen by measurement on the first batch
-        self.threads_chosen = "CUDAExecutionProvider" in self.session.get_providers()
+        self.threads_chosen = on_gpu
         self.runs, self._pool = 1, None  # network runs at once (threads of `_pool`)
         inp = self.session.get_inputs()[0]
         if len(inp.shape) != 4 or not all(isinstance(d, int) for d in inp.shape[2:]):
             raise OracleError(f"ONNX model '{path}' must take N×3×H×W images with fixed H, W; "
                               f"its input is {inp.shape}")
-        if inp.shape[0] == 1 and "CUDAExecutionProvider" in self.session.get_providers():
+        if inp.shape[0] == 1 and on_gpu:
             edited = free_batch(path)  # a GPU runs a batch for little more than a frame
             if edited is not None:
                 self.session = ort.InferenceSession(edited, providers=providers)
@@ -113,7 +114,7 @@ class OnnxDetector(Oracle):
         self.fixed_batch = inp.shape[0] if isinstance(inp.shape[0], int) else None
         # on the GPU every run has `batch_size` frames: each new input shape makes a CUDA
         # session search its convolution algorithms again (seconds for YOLOX-Nano)
-        self.padded = self.fixed_batch is None and "CUDAExecutionProvider" in self.session.get_providers()
+        self.padded = self.fixed_batch is None and on_gpu
         self.name, self.score, self.nms, self.layout = name, score, nms, layout
         self.classes = classes or list(COCO_CLASSES)
         self.labels = tuple(self.classes)
