@@ -19,18 +19,18 @@ from vidql.engine.labels.oracle_api import check_labels
 from vidql.engine.result import Result
 
 
-def label_bounds(q: Query, videos: list[str]) -> dict[str, tuple[str, str | None, bool]]:
-    """{video: (restriction, alias, of_objects)} for the one video table an exact query `q`
-    reads once, in its FROM, as `night` or as `night.objects` (of_objects), when its WHERE
-    has parts without frame functions (dialect_query `_exact_where`): only the frames they
-    keep need labels. Another read of that video (a subquery, its `objects`) needs every
-    frame, and then `q` has no bounds."""
-    if not q.restriction:
+def label_bounds(q: Query, videos: list[str]) -> dict[str, tuple[tuple[str, ...], str | None, bool]]:
+    """{video: (restriction parts, alias, of_objects)} for the one video table an exact
+    query `q` reads once, in its FROM, as `night` or as `night.objects` (of_objects), when
+    its WHERE has parts without frame functions (dialect_query `_exact_where`): only the
+    frames they keep need labels. Another read of that video (a subquery, its `objects`)
+    needs every frame, and then `q` has no bounds."""
+    if not q.restriction_parts:
         return {}
     single = q.video or (q.tables[0] if len(q.tables) == 1 else None)  # `night` or `night.objects`
     names = {v.lower(): v for v in videos}
     video = names.get(single.split(".")[0].lower()) if single is not None else None
-    return {} if video is None else {video: (q.restriction, q.video_alias, "." in single)}
+    return {} if video is None else {video: (q.restriction_parts, q.video_alias, "." in single)}
 
 
 def kept_sql(video: str, restriction: str | None, alias: str | None, key: str | None = None) -> str:
@@ -48,21 +48,32 @@ def kept_sql(video: str, restriction: str | None, alias: str | None, key: str | 
 
 
 def needed_frames(con: duckdb.DuckDBPyConnection, video: str, clip_map: ClipMap,
-                  bounds: tuple[str, str | None, bool] | None) -> np.ndarray:
+                  bounds: tuple[tuple[str, ...], str | None, bool] | None) -> np.ndarray:
     """Global positions, ascending, of the frames of `video` that an exact query bounded by
     `bounds` (`label_bounds`) reads: those its restriction keeps, evaluated on the video
-    table. A restriction on `video.objects` that names a column of detections (`label`)
-    keeps every frame. None: every frame."""
-    if bounds is not None:
-        restriction, alias, of_objects = bounds
-        try:
-            got = con.execute(kept_sql(video, restriction, alias), [video]).fetchnumpy()
-            return np.asarray(got["position"], dtype=np.int64)
-        except duckdb.Error as exc:
-            if not of_objects:
-                raise QueryError(f"cannot apply the frame restriction {restriction!r}: {exc}") from None
-    parts = [first + np.arange(count) for first, count in zip(clip_map.first, clip_map.counts, strict=True)]
-    return np.concatenate(parts).astype(np.int64) if parts else np.empty(0, dtype=np.int64)
+    table. On `video.objects`, the parts that name a column of detections (`label`) keep
+    every frame. None: every frame."""
+    parts, alias, of_objects = bounds or ((), None, False)
+    if of_objects:
+        parts = [p for p in parts if _binds(con, video, p, alias)]
+    if not parts:
+        every = [first + np.arange(count) for first, count in zip(clip_map.first, clip_map.counts, strict=True)]
+        return np.concatenate(every).astype(np.int64) if every else np.empty(0, dtype=np.int64)
+    restriction = " AND ".join(parts)
+    try:
+        got = con.execute(kept_sql(video, restriction, alias), [video]).fetchnumpy()
+    except duckdb.Error as exc:
+        raise QueryError(f"cannot apply the frame restriction {restriction!r}: {exc}") from None
+    return np.asarray(got["position"], dtype=np.int64)
+
+
+def _binds(con: duckdb.DuckDBPyConnection, video: str, part: str, alias: str | None) -> bool:
+    """Whether `part` of a WHERE can be evaluated on the video table's columns."""
+    try:
+        con.execute(kept_sql(video, part, alias) + " LIMIT 0", [video])
+        return True
+    except duckdb.Error:
+        return False
 
 
 def label_reads(videos: list[str], tables: list[str], uses_functions: bool) -> list[str]:

@@ -94,6 +94,11 @@ def test_a_clip_restriction_labels_that_clip_alone(cams, clips):
     assert cams.sql("EXPLAIN " + sql).df()["estimated_oracle_calls"][0] == len(kept)
     assert cams.sql(sql).df()["cars"][0] == int(_car_counts(truth, "cam1")[kept].sum())
     assert cams.last_report.oracle_calls == len(kept)
+    # on the detections, a part naming their columns leaves the others to bound the frames
+    got = cams.sql("SELECT count(*) AS n FROM cams.objects WHERE label = 'car' AND frame < 10 "
+                   "AND clip = 'cam2'").df()["n"][0]
+    assert got == int(_car_counts(truth, "cam2")[:10].sum())
+    assert cams.last_report.oracle_calls == 10
 
 
 def test_labels_without_clip_column_refuse_a_collection(clips, tmp_path):

@@ -1,12 +1,11 @@
 """Queries of the dialect: strip the vidql clauses with DuckDB's tokenizer, read the rest
 with DuckDB's parser, and extract what the planner needs (video table, aggregate, frame
-predicate, frame/ts range, GROUP BY).
+predicate, restriction, GROUP BY).
 
 The kind rule and its shape errors are in `dialect_kind`, the clauses are read by
 `dialect_clauses`, DuckDB's syntax tree by `dialect_ast`, positions by `dialect_spans`.
 """
 from __future__ import annotations
-
 
 from vidql.engine.sql.dialect_clauses import budget_problem, read_tail, tail_start
 from vidql.engine.sql.dialect_ast import (NO_LOCATION, assemble_sql, children, duckdb_ast,
@@ -88,11 +87,15 @@ def _columns(q: QueryShape) -> tuple[OutputColumn, ...]:
 
 
 def _joined(q: QueryShape, parts) -> str | None:
-    if not parts:
-        return None
+    return " AND ".join(_texts(q, parts)) or None
+
+
+def _texts(q: QueryShape, parts) -> tuple[str, ...]:
+    """Each of a WHERE clause's top-level AND parts as written (a lone one without the
+    parentheses around it), to be joined by AND."""
     if len(parts) == 1:
-        return q.text_of(parts[0])
-    return " AND ".join(q.text_of(p, grouped=True) for p in parts)
+        return (q.text_of(parts[0]),)
+    return tuple(q.text_of(p, grouped=True) for p in parts)
 
 
 # ---- WHERE: the frame predicate, the restriction and its frame/ts ranges
@@ -110,7 +113,7 @@ def _exact_where(q: QueryShape) -> dict:
         # the WHERE bounds only this read, so every frame may need labels
         return dict(video=video)
     _, restriction = q.split_where()
-    return dict(_restriction_fields(q, restriction, table), video=video,
+    return dict(restriction_parts=_texts(q, restriction), video=video,
                 video_alias=table.get("alias") or None)
 
 
@@ -125,7 +128,7 @@ def _reads(q: QueryShape, video: str) -> int:
 def _approximate(q: QueryShape, kind: str) -> dict:
     table = q.select["from_table"]
     predicate, restriction = q.split_where()
-    fields = dict(_restriction_fields(q, restriction, table), video=table["table_name"],
+    fields = dict(restriction_parts=_texts(q, restriction), video=table["table_name"],
                   video_alias=table.get("alias") or None)
     if predicate:
         for part in predicate:  # one by one, so that errors point at the right place
@@ -155,10 +158,6 @@ def _qualifiers(table: dict) -> set[str]:
     """The names that qualify the FROM table's columns (`night.frame`, `n.frame`), lower case."""
     return {table["table_name"].lower()} | ({table["alias"].lower()} if table.get("alias")
                                             else set())
-
-
-def _restriction_fields(q: QueryShape, restriction, table: dict) -> dict:
-    return dict(restriction=_joined(q, restriction))
 
 
 # ---- the aggregate and its GROUP BY

@@ -198,9 +198,10 @@ class Query:
 
     `sql` is the DuckDB SQL left after removing EXPLAIN and the dialect clauses (LIMIT
     stays). The WHERE clause is split at its top-level ANDs into `predicate` (the parts
-    using frame functions; approximate kinds only) and `restriction` (the other parts,
-    e.g. `frame < 500`), set when the FROM clause is a single table (for an exact query,
-    one it reads nowhere else: a second read of the video is not bounded by this WHERE)."""
+    using frame functions; approximate kinds only) and `restriction_parts` (the other
+    parts, as written, e.g. `frame < 500`), set when the FROM clause is a single table (for
+    an exact query, one it reads nowhere else: a second read of the video is not bounded by
+    this WHERE)."""
 
     sql: str
     kind: str
@@ -214,10 +215,15 @@ class Query:
     aggregate: Aggregate | None = None
     predicate: str | None = None
     predicate_expr: FrameExpr | None = None
-    restriction: str | None = None
+    restriction_parts: tuple[str, ...] = ()
     group_by: str | None = None
     group_expr: FrameExpr | None = None
     limit: int | None = None            # LIMIT n when n is a constant integer
+
+    @property
+    def restriction(self) -> str | None:
+        """The parts of the WHERE without frame functions, joined by AND; None if none."""
+        return " AND ".join(self.restriction_parts) or None
 
     @property
     def confidence(self) -> float | None:
